@@ -1,0 +1,3 @@
+from dlscope.cli import main
+
+main()

@@ -1,0 +1,135 @@
+"""Every dlscope service in one process: ``dlscope run`` and ``dlscope up``.
+
+The composition root of the embedded mode: the in-process broker and the SQLite event store,
+with the very services the distributed deployment runs as separate processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from services.analyzer import AnalyzerService
+from services.gateway import GatewayService
+from services.recorder import RecorderService
+from services.registry import RegistryService
+from services.scheduler import SchedulerService
+from services.workers import WorkerService
+from shared.config import Settings
+from shared.eventstore import EventStore
+from shared.eventstore.views import EvaluationView, StoredEvent
+from shared.messages import (
+    Envelope,
+    EvaluationCompleted,
+    EvaluationFailed,
+    EvaluationRequested,
+    Framework,
+    Hardware,
+    evaluation_stream,
+)
+from shared.messaging import Binding, MemoryBroker
+from shared.runtime import Runtime, Service, running
+from shared.telemetry import trace_id_hex
+
+__all__ = ["EmbeddedResult", "embedded_settings", "evaluate", "serve_all"]
+
+
+def embedded_settings(settings: Settings) -> Settings:
+    """The same settings, on the in-process broker and the SQLite store under ``home``."""
+    return settings.model_copy(update={"broker_url": "memory://", "database_url": ""})
+
+
+def all_services(
+    runtime: Runtime,
+    workers: list[tuple[Framework, Hardware]],
+    *,
+    gateway: tuple[str, int] | None = None,
+) -> list[Service]:
+    # The recorder first, so no event is published before its queue exists; the gateway last,
+    # so no request arrives before everything that serves it is up.
+    services: list[Service] = [
+        RecorderService(runtime),
+        RegistryService(runtime),
+        AnalyzerService(runtime),
+        SchedulerService(runtime),
+    ]
+    services += [WorkerService(runtime, framework=f, hardware=h) for f, h in workers]
+    if gateway is not None:
+        services.append(GatewayService(runtime, host=gateway[0], port=gateway[1]))
+    return services
+
+
+@dataclass(frozen=True)
+class EmbeddedResult:
+    evaluation: EvaluationView
+    events: list[StoredEvent]
+    trace_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "evaluation": TypeAdapter(EvaluationView).dump_python(self.evaluation, mode="json"),
+            "trace_id": self.trace_id,
+            "events": TypeAdapter(list[StoredEvent]).dump_python(self.events, mode="json"),
+        }
+
+
+async def evaluate(settings: Settings, request: EvaluationRequested) -> EmbeddedResult:
+    """Run one evaluation through every service in this process; return what was recorded."""
+    runtime = Runtime.create(settings, "dlscope")
+    broker = runtime.broker
+    assert isinstance(broker, MemoryBroker), "the embedded mode runs on memory://"
+    try:
+        async with running(all_services(runtime, [(request.framework, request.hardware)])):
+            client = runtime.bus("cli")
+            await client.start()
+            finished: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+
+            async def on_outcome(envelope: Envelope) -> None:
+                if envelope.correlation_id == request.evaluation_id and not finished.done():
+                    finished.set_result(envelope)
+
+            await client.subscribe(
+                runtime.topology.queue("cli", uuid.uuid4().hex),
+                [
+                    Binding(runtime.topology.events, EvaluationCompleted.TYPE),
+                    Binding(runtime.topology.events, EvaluationFailed.TYPE),
+                ],
+                on_outcome,
+                durable=False,
+            )
+            # Let the worker's announcement reach the scheduler before the request does.
+            await broker.drained()
+            with runtime.telemetry.tracer.start_as_current_span("dlscope run") as span:
+                await client.publish(
+                    Envelope.wrap(
+                        request,
+                        stream_id=evaluation_stream(request.evaluation_id),
+                        correlation_id=request.evaluation_id,
+                        producer="cli",
+                    )
+                )
+                trace_id = trace_id_hex(span.get_span_context())
+            await finished
+            await broker.drained()  # the recorder has stored every event
+            await client.stop()
+        async with EventStore.from_url(settings.resolved_database_url) as store:
+            evaluation = await store.get_evaluation(request.evaluation_id)
+            events = await store.stream_events(evaluation_stream(request.evaluation_id))
+        assert evaluation is not None, "the recorder stored the evaluation"
+        return EmbeddedResult(evaluation=evaluation, events=events, trace_id=trace_id)
+    finally:
+        await runtime.close()
+
+
+async def serve_all(settings: Settings, *, host: str, port: int, stop: asyncio.Event) -> None:
+    """``dlscope up``: the gateway and every service, until ``stop`` is set."""
+    runtime = Runtime.create(settings, "dlscope")
+    try:
+        async with running(all_services(runtime, [("onnxruntime", "cpu")], gateway=(host, port))):
+            await stop.wait()
+    finally:
+        await runtime.close()

@@ -1,0 +1,3 @@
+from services.analyzer.main import main
+
+main()

@@ -1,0 +1,242 @@
+"""The gateway's HTTP API (FastAPI). Stateless: writes are published, reads come from the
+read models the recorder maintains."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Tracer
+
+from services.gateway.schemas import (
+    AgentOut,
+    EvaluationAccepted,
+    EvaluationCreate,
+    EvaluationEventOut,
+    EvaluationOut,
+)
+from shared.config import Settings
+from shared.errors import DlscopeError, RequestTimeout
+from shared.eventstore import EventStore
+from shared.eventstore.views import EvaluationView
+from shared.messages import (
+    Envelope,
+    EvaluationRequested,
+    ListModels,
+    ModelList,
+    ResolvedModel,
+    ResolveModel,
+    evaluation_stream,
+    rpc_key,
+)
+from shared.messaging import Bus
+from shared.telemetry import trace_id_hex
+
+__all__ = ["GatewayContext", "create_app"]
+
+
+@dataclass
+class GatewayContext:
+    settings: Settings
+    bus: Bus
+    store: EventStore
+    tracer: Tracer
+
+
+# Stateless: it only parses the Authorization header. (Module level so FastAPI can resolve
+# the dependency's annotations.)
+_BEARER = HTTPBearer(auto_error=False)
+
+
+async def require_token(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+) -> None:
+    token = request.app.state.context.settings.api_token
+    if token and (credentials is None or credentials.credentials != token):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "this endpoint needs 'Authorization: Bearer <token>' (DLSCOPE_API_TOKEN)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def create_app(context: GatewayContext) -> FastAPI:
+    app = FastAPI(
+        title="dlscope",
+        version="1",
+        description="Benchmark deep-learning inference across models, frameworks and hardware.",
+    )
+    app.state.context = context
+
+    @app.middleware("http")
+    async def traced(request: Request, call_next: Any) -> Response:
+        # Tracing in middleware: every request is a SERVER span, the root of what it causes.
+        route = f"{request.method} {request.url.path}"
+        with context.tracer.start_as_current_span(
+            route,
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": request.method, "url.path": request.url.path},
+        ) as span:
+            response: Response = await call_next(request)
+            span.set_attribute("http.response.status_code", response.status_code)
+            return response
+
+    @app.exception_handler(DlscopeError)
+    async def dlscope_error(request: Request, exc: DlscopeError) -> JSONResponse:
+        code = 503 if isinstance(exc, RequestTimeout) else 500
+        return JSONResponse({"detail": str(exc)}, status_code=code)
+
+    @app.post(
+        "/v1/evaluations",
+        status_code=status.HTTP_202_ACCEPTED,
+        response_model=EvaluationAccepted,
+        dependencies=[Depends(require_token)],
+    )
+    async def create_evaluation(body: EvaluationCreate, request: Request) -> EvaluationAccepted:
+        evaluation_id = uuid.uuid4()
+        reply = await context.bus.request(
+            rpc_key("registry", "resolve"),
+            Envelope.wrap(
+                ResolveModel(name=body.model, version=body.version),
+                stream_id="registry",
+                correlation_id=evaluation_id,
+            ),
+            timeout=context.settings.rpc_timeout_s,
+        )
+        resolved = reply.open(ResolvedModel)
+        if resolved.manifest is None:
+            field = "model" if "unknown model" in (resolved.error or "") else "version"
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                [{"loc": ["body", field], "msg": resolved.error, "type": "value_error"}],
+            )
+        await context.bus.publish(
+            Envelope.wrap(
+                EvaluationRequested(
+                    evaluation_id=evaluation_id,
+                    model=body.model,
+                    model_version=body.version,
+                    framework=body.framework,
+                    framework_version=body.framework_version,
+                    hardware=body.hardware,
+                    agent_id=body.agent_id,
+                    scenario=body.scenario,
+                    requested_by="gateway",
+                ),
+                stream_id=evaluation_stream(evaluation_id),
+                correlation_id=evaluation_id,
+            )
+        )
+        trace_id = trace_id_hex(trace.get_current_span().get_span_context())
+        return EvaluationAccepted(
+            id=evaluation_id,
+            trace_id=trace_id,
+            trace_url=context.settings.trace_url(trace_id),
+            status_url=str(request.url_for("get_evaluation", evaluation_id=evaluation_id)),
+        )
+
+    @app.get("/v1/evaluations", response_model=list[EvaluationOut])
+    async def list_evaluations(
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        status_filter: Annotated[str | None, Query(alias="status")] = None,
+    ) -> list[EvaluationOut]:
+        views = await context.store.list_evaluations(
+            limit=limit, offset=offset, status=status_filter
+        )
+        return [_evaluation_out(v, context.settings) for v in views]
+
+    @app.get("/v1/evaluations/{evaluation_id}", response_model=EvaluationOut)
+    async def get_evaluation(evaluation_id: uuid.UUID) -> EvaluationOut:
+        view = await context.store.get_evaluation(evaluation_id)
+        if view is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no evaluation {evaluation_id} (yet)")
+        return _evaluation_out(view, context.settings)
+
+    @app.get("/v1/evaluations/{evaluation_id}/events", response_model=list[EvaluationEventOut])
+    async def evaluation_events(evaluation_id: uuid.UUID) -> list[EvaluationEventOut]:
+        events = await context.store.stream_events(evaluation_stream(evaluation_id))
+        if not events:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no evaluation {evaluation_id} (yet)")
+        return [
+            EvaluationEventOut(
+                position=e.position,
+                version=e.version,
+                event_id=e.event_id,
+                type=e.type,
+                occurred_at=e.occurred_at,
+                recorded_at=e.recorded_at,
+                trace_id=e.trace_id,
+                causation_id=e.causation_id,
+                payload=e.payload,
+            )
+            for e in events
+        ]
+
+    @app.get("/v1/agents", response_model=list[AgentOut])
+    async def list_agents() -> list[AgentOut]:
+        return [
+            AgentOut(
+                agent_id=a.agent_id,
+                host=a.host,
+                framework=a.framework,
+                framework_version=a.framework_version,
+                hardware=a.hardware,
+                status=a.status,
+                busy=a.busy,
+                last_seen=a.last_seen,
+                capabilities=a.capabilities,
+            )
+            for a in await context.store.list_agents()
+        ]
+
+    @app.get("/v1/models")
+    async def list_models() -> list[dict[str, Any]]:
+        reply = await context.bus.request(
+            rpc_key("registry", "list"),
+            Envelope.wrap(ListModels(), stream_id="registry", correlation_id=uuid.uuid4()),
+            timeout=context.settings.rpc_timeout_s,
+        )
+        return [m.model_dump(mode="json") for m in reply.open(ModelList).models]
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz(response: Response) -> dict[str, Any]:
+        checks = {"broker": context.bus.is_connected, "event_store": True}
+        try:
+            await context.store.ping()
+        except DlscopeError:
+            checks["event_store"] = False
+        ready = all(checks.values())
+        if not ready:
+            response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+        return {"ready": ready, "checks": checks}
+
+    return app
+
+
+def _evaluation_out(view: EvaluationView, settings: Settings) -> EvaluationOut:
+    return EvaluationOut(
+        id=view.evaluation_id,
+        status=view.status,
+        model=view.model,
+        model_version=view.model_version,
+        framework=view.framework,
+        hardware=view.hardware,
+        agent_id=view.agent_id,
+        trace_id=view.trace_id,
+        trace_url=settings.trace_url(view.trace_id),
+        requested_at=view.requested_at,
+        updated_at=view.updated_at,
+        result=view.summary(),
+        error=view.error,
+    )

@@ -1,0 +1,80 @@
+"""HTTP request and response bodies of the gateway's /v1 API."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.messages import Framework, Hardware, LatencySummary, Scenario
+
+__all__ = [
+    "AgentOut",
+    "EvaluationAccepted",
+    "EvaluationCreate",
+    "EvaluationEventOut",
+    "EvaluationOut",
+]
+
+
+class EvaluationCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        min_length=1, description="model name in the registry", examples=["squeezenet"]
+    )
+    version: str = Field(default="*", description="model version constraint, e.g. '>=1.0,<2'")
+    framework: Framework = Field(examples=["onnxruntime"])
+    framework_version: str = Field(default="*", description="framework version constraint")
+    hardware: Hardware = "cpu"
+    agent_id: str | None = Field(default=None, description="pin the evaluation to one agent")
+    scenario: Scenario = Field(default_factory=Scenario)
+
+
+class EvaluationAccepted(BaseModel):
+    id: uuid.UUID
+    trace_id: str
+    trace_url: str
+    status_url: str
+
+
+class EvaluationOut(BaseModel):
+    id: uuid.UUID
+    status: str = Field(description="requested | scheduled | running | completed | failed")
+    model: str | None
+    model_version: str | None = Field(description="the constraint asked for, then the version run")
+    framework: str | None
+    hardware: str | None
+    agent_id: str | None
+    trace_id: str
+    trace_url: str
+    requested_at: datetime
+    updated_at: datetime
+    result: LatencySummary | None = Field(description="latency statistics, once completed")
+    error: str | None = Field(description="'<stage>: <reason>', once failed")
+
+
+class EvaluationEventOut(BaseModel):
+    position: int
+    version: int
+    event_id: uuid.UUID
+    type: str
+    occurred_at: datetime
+    recorded_at: datetime
+    trace_id: str
+    causation_id: uuid.UUID | None
+    payload: dict[str, Any]
+
+
+class AgentOut(BaseModel):
+    agent_id: str
+    host: str | None
+    framework: str | None
+    framework_version: str | None
+    hardware: str | None
+    status: str = Field(description="online | offline")
+    busy: bool
+    last_seen: datetime | None
+    capabilities: dict[str, Any] | None

@@ -1,0 +1,3 @@
+from services.recorder.main import main
+
+main()

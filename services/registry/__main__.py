@@ -1,0 +1,3 @@
+from services.registry.main import main
+
+main()

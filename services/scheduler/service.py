@@ -1,0 +1,147 @@
+"""The scheduler: turns an evaluation request into a job for a matching worker.
+
+requested -> resolve the model with the registry -> pick candidates -> scheduled + job
+          -> or failed, with the reason, when the model or a matching agent is missing
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+
+from services.scheduler.agents import AgentDirectory
+from shared.messages import (
+    AgentHeartbeat,
+    AgentOffline,
+    AgentOnline,
+    AgentsDiscover,
+    Envelope,
+    EvaluationRequested,
+    EvaluationScheduled,
+    FailureStage,
+    ResolvedModel,
+    ResolveModel,
+    RunEvaluation,
+    failure_caused_by,
+    job_key,
+    rpc_key,
+)
+from shared.messaging import Binding
+from shared.runtime import Runtime
+
+__all__ = ["SchedulerService"]
+
+
+class SchedulerService:
+    name = "scheduler"
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._settings = runtime.settings
+        self._bus = runtime.bus(self.name)
+        self.agents = AgentDirectory(missed_heartbeats=runtime.settings.agent_missed_heartbeats)
+
+    async def start(self) -> None:
+        await self._bus.start()
+        events = self._bus.topology.events
+        await self._bus.subscribe(
+            self._bus.topology.queue(self.name, "requests"),
+            [Binding(events, EvaluationRequested.TYPE)],
+            self._schedule,
+            on_dead_letter=self._gave_up,
+        )
+        # Agent state is this instance's own view: a private queue, gone when it stops.
+        await self._bus.subscribe(
+            self._bus.topology.queue(self.name, "agents", f"{socket.gethostname()}-{os.getpid()}"),
+            [Binding(events, "agent.*")],
+            self._track_agent,
+            durable=False,
+        )
+        await self._bus.publish(
+            Envelope.wrap(
+                AgentsDiscover(requested_by=self.name),
+                stream_id="scheduler",
+                correlation_id=uuid.uuid4(),
+                producer=self.name,
+            )
+        )
+
+    async def stop(self) -> None:
+        await self._bus.stop()
+
+    async def _gave_up(self, envelope: Envelope, reason: str) -> None:
+        """A request that cannot be scheduled (invalid, or failing every retry) fails its
+        evaluation, so no evaluation waits forever in 'requested'."""
+        failed = failure_caused_by(envelope, stage="scheduling", reason=reason, producer=self.name)
+        if failed is not None:
+            await self._bus.publish(failed)
+
+    async def _track_agent(self, envelope: Envelope) -> None:
+        event = envelope.typed()
+        if isinstance(event, AgentOnline | AgentHeartbeat | AgentOffline):
+            self.agents.observe(event, time.monotonic())
+
+    async def _schedule(self, envelope: Envelope) -> None:
+        request = envelope.open(EvaluationRequested)
+        reply = await self._bus.request(
+            rpc_key("registry", "resolve"),
+            envelope.caused(
+                ResolveModel(name=request.model, version=request.model_version), producer=self.name
+            ),
+            timeout=self._settings.rpc_timeout_s,
+        )
+        resolved = reply.open(ResolvedModel)
+        if resolved.manifest is None:
+            await self._fail(envelope, "validation", resolved.error or "model not found")
+            return
+        manifest = resolved.manifest
+        if manifest.framework.name != request.framework:
+            await self._fail(
+                envelope,
+                "validation",
+                f"model {manifest.ref} is a {manifest.framework.name} model; "
+                f"it cannot run on {request.framework}",
+            )
+            return
+        now = time.monotonic()
+        candidates = self.agents.candidates(request, now)
+        if not candidates:
+            await self._fail(envelope, "scheduling", self.agents.explain_no_match(request, now))
+            return
+        await self._bus.publish(
+            envelope.caused(
+                EvaluationScheduled(
+                    evaluation_id=request.evaluation_id,
+                    model=manifest.name,
+                    model_version=manifest.version,
+                    framework=request.framework,
+                    hardware=request.hardware,
+                    agent_id=request.agent_id,
+                    candidates=[a.agent_id for a in candidates],
+                ),
+                producer=self.name,
+            )
+        )
+        # Unpinned jobs go to the shared queue of the framework and hardware, where the first
+        # free matching worker takes them; pinned ones to that agent's own queue.
+        await self._bus.publish(
+            envelope.caused(
+                RunEvaluation(
+                    evaluation_id=request.evaluation_id,
+                    manifest=manifest,
+                    framework=request.framework,
+                    framework_version=request.framework_version,
+                    hardware=request.hardware,
+                    scenario=request.scenario,
+                ),
+                producer=self.name,
+            ),
+            exchange=self._bus.topology.jobs,
+            routing_key=job_key(request.framework, request.hardware, request.agent_id),
+        )
+
+    async def _fail(self, cause: Envelope, stage: FailureStage, reason: str) -> None:
+        failed = failure_caused_by(cause, stage=stage, reason=reason, producer=self.name)
+        assert failed is not None, "a request always names its evaluation"
+        await self._bus.publish(failed)

@@ -1,0 +1,3 @@
+from services.workers.main import main
+
+main()

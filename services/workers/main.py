@@ -1,0 +1,32 @@
+"""``python -m services.workers --framework NAME --hardware KIND [--agent-id ID]``"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from services.workers.service import WorkerService
+from shared.config import Settings
+from shared.messages import FRAMEWORKS, HARDWARE
+from shared.runtime import run_process
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.workers", description=__doc__)
+    parser.add_argument("--framework", choices=FRAMEWORKS, default="onnxruntime")
+    parser.add_argument("--hardware", choices=HARDWARE, default="cpu")
+    parser.add_argument(
+        "--agent-id", default=None, help="default: <host>-<framework>-<hardware>-<random>"
+    )
+    args = parser.parse_args(argv)
+    run_process(
+        f"worker-{args.framework}-{args.hardware}",
+        lambda runtime: [
+            WorkerService(
+                runtime, framework=args.framework, hardware=args.hardware, agent_id=args.agent_id
+            )
+        ],
+        Settings(),
+    )

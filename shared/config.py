@@ -1,0 +1,58 @@
+"""Typed settings, read once from the environment (prefix ``DLSCOPE_``) and passed down.
+
+Nothing else in dlscope reads ``os.environ``: the entry points build one ``Settings`` and
+hand it to the services they start.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["REPOSITORY_ROOT", "Settings"]
+
+# The built-in manifests and migrations live beside the packages (editable install).
+REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
+
+
+class Settings(BaseSettings):
+    """Everything a dlscope process needs to know about its environment."""
+
+    model_config = SettingsConfigDict(env_prefix="DLSCOPE_", frozen=True, extra="ignore")
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".dlscope")
+    broker_url: str = "memory://"
+    # Empty means the embedded SQLite database under ``home``.
+    database_url: str = ""
+    # Prefix of every exchange and queue, so several deployments (or test runs) can share
+    # one broker without seeing each other's messages.
+    namespace: str = "dlscope"
+    manifests_dir: Path = REPOSITORY_ROOT / "manifests"
+    otlp_endpoint: str | None = None
+    jaeger_ui_url: str = "http://localhost:16686"
+    api_token: str | None = None
+    heartbeat_interval_s: float = 5.0
+    # An agent that has not been heard from for this many heartbeats is considered offline.
+    agent_missed_heartbeats: int = 3
+    rpc_timeout_s: float = 10.0
+    # Attempts at a message whose handler fails transiently before it is dead-lettered.
+    max_delivery_attempts: int = 3
+    prefetch: int = 16
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_is_one_word(cls, value: str) -> str:
+        if not value or "." in value or "#" in value or "*" in value:
+            raise ValueError("namespace must be a non-empty word without '.', '*' or '#'")
+        return value
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{self.home / 'dlscope.db'}"
+
+    def trace_url(self, trace_id: str) -> str:
+        return f"{self.jaeger_ui_url.rstrip('/')}/trace/{trace_id}"

@@ -1,0 +1,84 @@
+"""dlscope's own exceptions.
+
+Adapters translate library errors (aio-pika, asyncpg, SQLAlchemy, framework runtimes) into
+these at the boundary with ``raise OurError(...) from exc``, so callers handle one hierarchy
+and a user reads what went wrong and what to do about it.
+
+    DlscopeError
+    ├── ConfigurationError        settings or a command line that cannot work
+    ├── InvalidMessage            a message that can never be processed: dead-lettered, not retried
+    ├── TransientError            worth retrying: a broker or database hiccup, a timeout
+    │   ├── BrokerUnavailable
+    │   ├── StoreUnavailable
+    │   └── RequestTimeout        no reply to a request/reply call in time
+    ├── ManifestError             a manifest that does not validate (names file and field)
+    ├── ArtifactError             a model file that is missing or fails its sha256 check
+    ├── ModelNotFound             no manifest matches a name and version constraint
+    ├── NoMatchingAgent           no worker offers the framework/hardware asked for
+    └── PredictorError            the framework failed to load or run the model
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArtifactError",
+    "BrokerUnavailable",
+    "ConfigurationError",
+    "DlscopeError",
+    "InvalidMessage",
+    "ManifestError",
+    "ModelNotFound",
+    "NoMatchingAgent",
+    "PredictorError",
+    "RequestTimeout",
+    "StoreUnavailable",
+    "TransientError",
+]
+
+
+class DlscopeError(Exception):
+    """Base of every error dlscope raises on purpose."""
+
+
+class ConfigurationError(DlscopeError):
+    """Settings or arguments that cannot work together."""
+
+
+class InvalidMessage(DlscopeError):
+    """A message that is malformed or semantically impossible; retrying cannot help."""
+
+
+class TransientError(DlscopeError):
+    """A failure that may pass: the message is retried a bounded number of times."""
+
+
+class BrokerUnavailable(TransientError):
+    """The message broker cannot be reached or refused an operation."""
+
+
+class StoreUnavailable(TransientError):
+    """The event store's database cannot be reached."""
+
+
+class RequestTimeout(TransientError):
+    """A request/reply call got no answer in time."""
+
+
+class ManifestError(DlscopeError):
+    """A manifest failed validation."""
+
+
+class ArtifactError(DlscopeError):
+    """A model artifact is missing, unreadable or fails its checksum."""
+
+
+class ModelNotFound(DlscopeError):
+    """No registered manifest matches the requested name and version constraint."""
+
+
+class NoMatchingAgent(DlscopeError):
+    """No online worker offers what an evaluation asks for."""
+
+
+class PredictorError(DlscopeError):
+    """The framework could not load or run the model."""

@@ -1,0 +1,327 @@
+"""How each event changes the read models (``evaluations`` and ``agents``).
+
+``evolve_evaluation`` and ``evolve_agent`` are pure: the row so far plus one event gives the
+next row. Every value they write comes from the event (its payload, ``occurred_at``,
+``position``), never from the clock, so replaying the log gives the same rows again.
+
+Events arrive out of order (the analyzer's completion can overtake the worker's start), so:
+an evaluation's status only moves forward (requested < scheduled < running < failed <
+completed; failed is terminal, but a completion is the better-informed verdict); an agent's
+status follows the newest event by ``occurred_at``; and a late event still fills details
+that are missing. Payloads are read leniently: a field that is absent or of the wrong type is
+treated as unknown rather than failing the append that carries it.
+
+``project`` applies a batch of just-stored events inside the append's (or rebuild's)
+transaction, in position order (the order a rebuild replays them in): one read of the rows
+concerned, the fold in memory, one upsert per table.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields, replace
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Table, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from shared.eventstore import schema
+from shared.eventstore.sql import one_of, upsert
+from shared.eventstore.views import AgentView, EvaluationStatus, EvaluationView, StoredEvent
+
+__all__ = [
+    "agent_key",
+    "evaluation_key",
+    "evolve_agent",
+    "evolve_evaluation",
+    "project",
+]
+
+Payload = Mapping[str, Any]
+# The fields an event changes in a row (a keyword argument set for dataclasses.replace).
+Changes = dict[str, Any]
+
+# Forward-only order of statuses: an event may raise the status, never lower it.
+_RANK: dict[EvaluationStatus, int] = {
+    "requested": 0,
+    "scheduled": 1,
+    "running": 2,
+    "failed": 3,
+    "completed": 4,
+}
+
+
+# --- evaluations ----------------------------------------------------------------------------
+
+
+def evaluation_key(event: StoredEvent) -> uuid.UUID | None:
+    """The evaluation an event is about, or None if it changes no evaluation."""
+    if event.type not in _EVALUATION_HANDLERS:
+        return None
+    return _uuid(event.payload.get("evaluation_id"))
+
+
+def evolve_evaluation(current: EvaluationView | None, event: StoredEvent) -> EvaluationView:
+    """The evaluation after ``event`` (``current`` is None for one not seen before)."""
+    key = evaluation_key(event)
+    if key is None:
+        raise ValueError(f"event {event.event_id} ({event.type}) is about no evaluation")
+    row = current or EvaluationView(
+        evaluation_id=key,
+        status="requested",
+        model=None,
+        model_version=None,
+        framework=None,
+        hardware=None,
+        agent_id=None,
+        trace_id=event.trace_id,
+        request=None,
+        result=None,
+        error=None,
+        requested_at=event.occurred_at,
+        updated_at=event.occurred_at,
+        last_position=event.position,
+    )
+    changes = _EVALUATION_HANDLERS[event.type](row, event, event.payload)
+    return replace(
+        row,
+        **changes,
+        updated_at=max(row.updated_at, event.occurred_at),
+        last_position=event.position,
+    )
+
+
+def _advance(row: EvaluationView, status: EvaluationStatus) -> EvaluationStatus:
+    return status if _RANK[status] > _RANK[row.status] else row.status
+
+
+def _requested(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+    # The request is the root of the evaluation: it owns the request time and the trace. Its
+    # other fields only fill gaps, so a resolved version that overtook it is kept.
+    return dict(
+        request=dict(p),
+        requested_at=event.occurred_at,
+        trace_id=event.trace_id,
+        model=row.model or _text(p, "model"),
+        model_version=row.model_version or _text(p, "model_version"),
+        framework=row.framework or _text(p, "framework"),
+        hardware=row.hardware or _text(p, "hardware"),
+        agent_id=row.agent_id or _text(p, "agent_id"),
+        status=_advance(row, "requested"),
+    )
+
+
+def _scheduled(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+    return dict(
+        model=_text(p, "model") or row.model,
+        model_version=_text(p, "model_version") or row.model_version,
+        framework=_text(p, "framework") or row.framework,
+        hardware=_text(p, "hardware") or row.hardware,
+        # The pinned agent, if any; the agent that actually started the job (if its event
+        # came first) is the better answer and is kept.
+        agent_id=row.agent_id or _text(p, "agent_id"),
+        status=_advance(row, "scheduled"),
+    )
+
+
+def _started(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+    return dict(
+        agent_id=_text(p, "agent_id") or row.agent_id,
+        status=_advance(row, "running"),
+    )
+
+
+def _measured(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+    return dict(
+        agent_id=row.agent_id or _text(p, "agent_id"),
+        status=_advance(row, "running"),
+    )
+
+
+def _completed(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+    result = p.get("result")
+    return dict(
+        result=dict(result) if isinstance(result, Mapping) else row.result,
+        status=_advance(row, "completed"),
+    )
+
+
+def _failed(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+    stage = _text(p, "stage") or "unknown"
+    reason = _text(p, "reason") or ""
+    # The first failure is the cause; later ones (e.g. a timeout after a crash) are echoes.
+    return dict(
+        error=row.error or f"{stage}: {reason}",
+        status=_advance(row, "failed"),
+    )
+
+
+_EvaluationHandler = Callable[[EvaluationView, StoredEvent, Payload], Changes]
+_EVALUATION_HANDLERS: dict[str, _EvaluationHandler] = {
+    "evaluation.requested": _requested,
+    "evaluation.scheduled": _scheduled,
+    "evaluation.started": _started,
+    "evaluation.measured": _measured,
+    "evaluation.completed": _completed,
+    "evaluation.failed": _failed,
+}
+
+
+# --- agents ---------------------------------------------------------------------------------
+
+
+def agent_key(event: StoredEvent) -> str | None:
+    """The agent an event is about, or None if it changes no agent."""
+    if event.type not in _AGENT_HANDLERS:
+        return None
+    return _text(event.payload, "agent_id")
+
+
+def evolve_agent(current: AgentView | None, event: StoredEvent) -> AgentView:
+    """The agent after ``event`` (``current`` is None for one not seen before)."""
+    key = agent_key(event)
+    if key is None:
+        raise ValueError(f"event {event.event_id} ({event.type}) is about no agent")
+    row = current or AgentView(
+        agent_id=key,
+        host=None,
+        framework=None,
+        framework_version=None,
+        hardware=None,
+        capabilities=None,
+        heartbeat_interval_s=None,
+        status="offline",
+        busy=False,
+        last_seen=None,
+        updated_at=event.occurred_at,
+        last_position=event.position,
+    )
+    # Older than what the row already reflects: may fill details, must not change status.
+    late = event.occurred_at < row.updated_at
+    changes = _AGENT_HANDLERS[event.type](row, event, event.payload, late)
+    return replace(
+        row,
+        **changes,
+        updated_at=max(row.updated_at, event.occurred_at),
+        last_position=event.position,
+    )
+
+
+def _seen(row: AgentView, event: StoredEvent) -> datetime:
+    return event.occurred_at if row.last_seen is None else max(row.last_seen, event.occurred_at)
+
+
+def _online(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Changes:
+    capabilities = p.get("capabilities")
+    announced = {
+        "host": _text(p, "host"),
+        "framework": _text(p, "framework"),
+        "framework_version": _text(p, "framework_version"),
+        "hardware": _text(p, "hardware"),
+        "capabilities": dict(capabilities) if isinstance(capabilities, Mapping) else None,
+        "heartbeat_interval_s": _number(p, "heartbeat_interval_s"),
+    }
+    if late:
+        # Keep what newer events said; take from the announcement only what is unknown.
+        known = {name: value for name, value in announced.items() if getattr(row, name) is None}
+        return {**known, "last_seen": _seen(row, event)}
+    # The announcement wins where it says something. ``busy`` is kept: agents also announce
+    # themselves again when a scheduler asks, possibly in the middle of a job.
+    said = {name: value for name, value in announced.items() if value is not None}
+    return {**said, "status": "online", "last_seen": _seen(row, event)}
+
+
+def _heartbeat(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Changes:
+    if late:
+        return {"last_seen": _seen(row, event)}
+    busy = p.get("busy")
+    return {
+        "status": "online",
+        "busy": busy if isinstance(busy, bool) else row.busy,
+        "last_seen": _seen(row, event),
+    }
+
+
+def _offline(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Changes:
+    # Not a sign of life (it may come from the scheduler noticing missed heartbeats), so
+    # last_seen stays; a late one changes nothing.
+    return {} if late else {"status": "offline", "busy": False}
+
+
+_AgentHandler = Callable[[AgentView, StoredEvent, Payload, bool], Changes]
+_AGENT_HANDLERS: dict[str, _AgentHandler] = {
+    "agent.online": _online,
+    "agent.heartbeat": _heartbeat,
+    "agent.offline": _offline,
+}
+
+
+# --- applying a batch ------------------------------------------------------------------------
+
+
+async def project(connection: AsyncConnection, stored: Sequence[StoredEvent]) -> None:
+    """Apply ``stored`` (in position order) to the projections, on ``connection``'s transaction."""
+    ordered = sorted(stored, key=lambda event: event.position)
+    await _project_table(
+        connection, schema.evaluations, EvaluationView, ordered, evaluation_key, evolve_evaluation
+    )
+    await _project_table(connection, schema.agents, AgentView, ordered, agent_key, evolve_agent)
+
+
+K = TypeVar("K")
+V = TypeVar("V", EvaluationView, AgentView)
+
+
+async def _project_table(
+    connection: AsyncConnection,
+    table: Table,
+    view: type[V],
+    ordered: Sequence[StoredEvent],
+    key_of: Callable[[StoredEvent], K | None],
+    evolve: Callable[[V | None, StoredEvent], V],
+) -> None:
+    keyed = [(key, event) for event in ordered if (key := key_of(event)) is not None]
+    if not keyed:
+        return
+    dialect = connection.dialect.name
+    (key_column,) = table.primary_key.columns
+    # No FOR UPDATE: writers take turns (sql.lock_writers), so no other transaction can
+    # change these rows between this read and the upsert.
+    query = select(table).where(one_of(dialect, key_column, {key for key, _ in keyed}))
+    rows: dict[Any, V] = {
+        row[key_column.name]: view(**row) for row in (await connection.execute(query)).mappings()
+    }
+    changed: dict[K, V] = {}
+    for key, event in keyed:
+        rows[key] = changed[key] = evolve(rows.get(key), event)
+    await connection.execute(upsert(dialect, table), [_as_row(row) for row in changed.values()])
+
+
+def _as_row(view: EvaluationView | AgentView) -> dict[str, Any]:
+    return {f.name: getattr(view, f.name) for f in fields(view)}
+
+
+# --- reading payloads leniently --------------------------------------------------------------
+
+
+def _text(payload: Payload, name: str) -> str | None:
+    value = payload.get(name)
+    return value if isinstance(value, str) and value else None
+
+
+def _number(payload: Payload, name: str) -> float | None:
+    value = payload.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _uuid(value: object) -> uuid.UUID | None:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value)) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,348 @@
+"""The event store: appends envelopes to the log and answers questions about it.
+
+One implementation over SQLAlchemy Core for PostgreSQL and SQLite. The tables must exist
+(``shared.eventstore.migrate.upgrade``); the store never creates them itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from shared.errors import ConfigurationError, StoreUnavailable
+from shared.eventstore import schema
+from shared.eventstore.engine import WRITE, create_engine, describe
+from shared.eventstore.projections import project
+from shared.eventstore.sql import lock_writers, one_of
+from shared.eventstore.views import (
+    EVALUATION_STATUSES,
+    AgentView,
+    EvaluationView,
+    StoredEvent,
+)
+from shared.messages import Envelope
+from shared.telemetry import trace_id_of
+
+__all__ = ["EventStore"]
+
+# Writers take turns (sql.lock_writers), so a collision with another writer (same stream
+# version, same event id) should not happen; should one that bypasses the lock cause one, the
+# batch is tried again from the start, re-reading what that writer stored.
+_APPEND_ATTEMPTS = 5
+_REBUILD_CHUNK = 1000
+
+_events = schema.events
+_evaluations = schema.evaluations
+_agents = schema.agents
+
+
+class EventStore:
+    """Append-only log of envelopes plus the projections derived from it."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._where = describe(engine.url)
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """A store on ``postgresql+asyncpg://…`` or ``sqlite+aiosqlite:///path``."""
+        return cls(create_engine(url))
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def ping(self) -> None:
+        """Raise ``StoreUnavailable`` unless the database answers."""
+        with self._errors():
+            async with self._engine.connect() as connection:
+                await connection.execute(text("SELECT 1"))
+
+    # --- writing ------------------------------------------------------------------------------
+
+    async def append(self, envelopes: Sequence[Envelope]) -> list[bool]:
+        """Store ``envelopes`` in one transaction and update the projections with them.
+
+        Returns, for each envelope, True if it was stored and False if its ``event_id`` was
+        already (a redelivery, also one within this batch): storing is idempotent.
+        """
+        batch = list(envelopes)
+        if not batch:
+            return []
+        for attempt in range(1, _APPEND_ATTEMPTS + 1):
+            try:
+                with self._errors():
+                    async with self._transaction(write=True) as connection:
+                        return await _append(connection, batch)
+            except sa_exc.DBAPIError as exc:
+                if not _is_conflict(exc):
+                    raise
+                if attempt == _APPEND_ATTEMPTS:
+                    raise StoreUnavailable(
+                        f"the event store at {self._where} rejected a batch {attempt} times "
+                        f"as concurrent writers kept claiming the same stream versions: {exc}"
+                    ) from exc
+                # Jittered, so two writers that collided do not collide again in lockstep.
+                await asyncio.sleep(random.uniform(0.005, 0.02) * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def rebuild_projections(self) -> int:
+        """Derive the projections again from the whole log; the number of events replayed.
+
+        One transaction, during which appends wait: readers see the old projections until
+        the new ones are complete, and no event is missed or applied twice.
+        """
+        with self._errors():
+            async with self._transaction(write=True) as connection:
+                await connection.execute(delete(_evaluations))
+                await connection.execute(delete(_agents))
+                replayed, after = 0, 0
+                while chunk := await _read_events(connection, after, _REBUILD_CHUNK):
+                    await project(connection, chunk)
+                    replayed += len(chunk)
+                    after = chunk[-1].position
+                return replayed
+
+    # --- reading ------------------------------------------------------------------------------
+
+    async def get_evaluation(self, evaluation_id: uuid.UUID) -> EvaluationView | None:
+        query = select(_evaluations).where(_evaluations.c.evaluation_id == evaluation_id)
+        with self._errors():
+            async with self._engine.connect() as connection:
+                row = (await connection.execute(query)).mappings().first()
+        return None if row is None else EvaluationView(**row)
+
+    async def list_evaluations(
+        self, *, limit: int = 50, offset: int = 0, status: str | None = None
+    ) -> list[EvaluationView]:
+        """Evaluations, most recently requested first; only those in ``status`` if given."""
+        if status is not None and status not in EVALUATION_STATUSES:
+            raise ValueError(f"unknown status {status!r}; one of {', '.join(EVALUATION_STATUSES)}")
+        if limit < 0 or offset < 0:
+            raise ValueError("limit and offset must not be negative")
+        query = (
+            select(_evaluations)
+            .order_by(_evaluations.c.requested_at.desc(), _evaluations.c.evaluation_id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        if status is not None:
+            query = query.where(_evaluations.c.status == status)
+        with self._errors():
+            async with self._engine.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [EvaluationView(**row) for row in rows]
+
+    async def list_agents(self) -> list[AgentView]:
+        query = select(_agents).order_by(_agents.c.agent_id)
+        with self._errors():
+            async with self._engine.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [AgentView(**row) for row in rows]
+
+    async def stream_events(self, stream_id: str) -> list[StoredEvent]:
+        """One stream's events in version order (1, 2, 3, …)."""
+        query = select(_events).where(_events.c.stream_id == stream_id).order_by(_events.c.version)
+        with self._errors():
+            async with self._engine.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [_from_row(row) for row in rows]
+
+    async def read_all(self, *, after: int = 0, limit: int = 1000) -> list[StoredEvent]:
+        """Up to ``limit`` events with a position greater than ``after``, in position order."""
+        with self._errors():
+            async with self._engine.connect() as connection:
+                return await _read_events(connection, after, limit)
+
+    async def count_events(self) -> int:
+        with self._errors():
+            async with self._engine.connect() as connection:
+                count = await connection.scalar(select(func.count()).select_from(_events))
+        return int(count or 0)
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        async with self._engine.connect() as connection:
+            if write:
+                await connection.execution_options(**WRITE)
+            async with connection.begin():
+                if write:
+                    # Appends (and a rebuild) take turns; reads go on meanwhile.
+                    await lock_writers(connection)
+                yield connection
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Translate the database's errors into dlscope's (see ``shared.errors``)."""
+        try:
+            yield
+        except sa_exc.DBAPIError as exc:
+            if _is_conflict(exc):
+                raise  # for append to try again
+            if _is_missing_table(exc):
+                raise ConfigurationError(
+                    f"the event store at {self._where} has no tables yet: run the migrations "
+                    "(shared.eventstore.migrate.upgrade) first"
+                ) from exc
+            if _is_unavailable(exc):
+                raise self._unavailable(exc) from exc
+            raise
+        except (OSError, sa_exc.TimeoutError) as exc:
+            # Refused or timed-out connections surface as OSError, before any DBAPI wrapping.
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(f"the event store at {self._where} is unavailable: {exc}")
+
+
+async def _append(connection: AsyncConnection, batch: Sequence[Envelope]) -> list[bool]:
+    # Round trips per batch, not per event: which ids exist, the streams' heads, one insert.
+    dialect = connection.dialect.name
+    ids = {envelope.event_id for envelope in batch}
+    existing = set(
+        await connection.scalars(
+            select(_events.c.event_id).where(one_of(dialect, _events.c.event_id, ids))
+        )
+    )
+    stored_flags: list[bool] = []
+    fresh: list[Envelope] = []
+    for envelope in batch:
+        is_new = envelope.event_id not in existing
+        stored_flags.append(is_new)
+        if is_new:
+            existing.add(envelope.event_id)
+            fresh.append(envelope)
+    if not fresh:
+        return stored_flags
+
+    heads_query = (
+        select(_events.c.stream_id, func.max(_events.c.version))
+        .where(one_of(dialect, _events.c.stream_id, {e.stream_id for e in fresh}))
+        .group_by(_events.c.stream_id)
+    )
+    heads: dict[str, int] = {
+        stream: version for stream, version in await connection.execute(heads_query)
+    }
+    recorded_at = datetime.now(UTC)
+    rows: list[dict[str, Any]] = []
+    for envelope in fresh:
+        heads[envelope.stream_id] = version = heads.get(envelope.stream_id, 0) + 1
+        rows.append(_to_row(envelope, version, recorded_at))
+
+    # sort_by_parameter_order: positions are handed out in batch order (PostgreSQL inserts
+    # through an ordered SELECT) and come back in that order.
+    insert_events = insert(_events).returning(_events.c.position, sort_by_parameter_order=True)
+    positions = (await connection.execute(insert_events, rows)).scalars().all()
+    await project(
+        connection,
+        [_stored(row, position) for row, position in zip(rows, positions, strict=True)],
+    )
+    return stored_flags
+
+
+async def _read_events(connection: AsyncConnection, after: int, limit: int) -> list[StoredEvent]:
+    query = (
+        select(_events).where(_events.c.position > after).order_by(_events.c.position).limit(limit)
+    )
+    rows = (await connection.execute(query)).mappings().all()
+    return [_from_row(row) for row in rows]
+
+
+def _to_row(envelope: Envelope, version: int, recorded_at: datetime) -> dict[str, Any]:
+    return {
+        "stream_id": envelope.stream_id,
+        "version": version,
+        "event_id": envelope.event_id,
+        "type": envelope.type,
+        "schema_version": envelope.schema_version,
+        "payload": envelope.payload,
+        "metadata": {
+            "trace_id": trace_id_of(envelope.traceparent, envelope.correlation_id),
+            "correlation_id": str(envelope.correlation_id),
+            "causation_id": None if envelope.causation_id is None else str(envelope.causation_id),
+            "producer": envelope.producer,
+            "traceparent": envelope.traceparent,
+            "tracestate": envelope.tracestate,
+        },
+        "correlation_id": envelope.correlation_id,
+        # As stored: in UTC, so projections see the same value now and when rebuilt.
+        "occurred_at": schema.as_utc(envelope.occurred_at),
+        "recorded_at": recorded_at,
+    }
+
+
+def _stored(row: Mapping[str, Any], position: int) -> StoredEvent:
+    return _from_row({**row, "position": position})
+
+
+def _from_row(row: Mapping[Any, Any]) -> StoredEvent:
+    meta: Mapping[str, Any] = row["metadata"]
+    causation = meta.get("causation_id")
+    return StoredEvent(
+        position=row["position"],
+        stream_id=row["stream_id"],
+        version=row["version"],
+        event_id=row["event_id"],
+        type=row["type"],
+        schema_version=row["schema_version"],
+        occurred_at=row["occurred_at"],
+        recorded_at=row["recorded_at"],
+        trace_id=meta["trace_id"],
+        correlation_id=row["correlation_id"],
+        causation_id=None if causation is None else uuid.UUID(causation),
+        traceparent=meta.get("traceparent"),
+        tracestate=meta.get("tracestate"),
+        producer=meta.get("producer"),
+        payload=row["payload"],
+    )
+
+
+# SQLSTATE classes meaning "the database cannot serve us now": connection exceptions,
+# rejected credentials, a missing database, too many connections, a shutting-down server.
+_UNAVAILABLE_SQLSTATES = ("08", "28", "3D", "53", "57P")
+
+
+def _is_unavailable(exc: sa_exc.DBAPIError) -> bool:
+    if exc.connection_invalidated:
+        return True
+    # SQLite's OperationalError is "database is locked", "unable to open database file", …
+    if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError):
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATES)
+
+
+def _is_conflict(exc: sa_exc.DBAPIError) -> bool:
+    """A collision with a concurrent writer, which trying again resolves."""
+    # A unique violation (the same stream version or event id, stored by the other writer),
+    # or PostgreSQL's serialization failure or deadlock. Other integrity errors are bugs.
+    if getattr(exc.orig, "sqlstate", None) in ("23505", "40001", "40P01"):
+        return True
+    return isinstance(exc, sa_exc.IntegrityError) and "UNIQUE constraint failed" in str(exc.orig)
+
+
+def _is_missing_table(exc: sa_exc.DBAPIError) -> bool:
+    # PostgreSQL: SQLSTATE 42P01 (undefined_table); SQLite: "no such table".
+    return getattr(exc.orig, "sqlstate", None) == "42P01" or "no such table" in str(exc.orig)

@@ -1,0 +1,113 @@
+"""What reading the event store gives back: immutable values, detached from the database.
+
+Plain frozen dataclasses rather than pydantic models: the projections build thousands of them
+while appending and rebuilding, and every value in them came out of the store already checked.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, get_args
+
+from shared.messages import Envelope, LatencySummary
+
+__all__ = [
+    "AGENT_STATUSES",
+    "EVALUATION_STATUSES",
+    "AgentStatus",
+    "AgentView",
+    "EvaluationStatus",
+    "EvaluationView",
+    "StoredEvent",
+]
+
+EvaluationStatus = Literal["requested", "scheduled", "running", "completed", "failed"]
+AgentStatus = Literal["online", "offline"]
+EVALUATION_STATUSES: tuple[str, ...] = get_args(EvaluationStatus)
+AGENT_STATUSES: tuple[str, ...] = get_args(AgentStatus)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredEvent:
+    """An envelope as recorded: with its global ``position`` and its ``version`` in its stream."""
+
+    position: int
+    stream_id: str
+    version: int
+    event_id: uuid.UUID
+    type: str
+    schema_version: int
+    occurred_at: datetime
+    recorded_at: datetime
+    trace_id: str
+    correlation_id: uuid.UUID
+    causation_id: uuid.UUID | None
+    traceparent: str | None
+    tracestate: str | None
+    producer: str | None
+    payload: dict[str, Any]
+
+    def envelope(self) -> Envelope:
+        """The message as it was published, e.g. to replay it to a consumer."""
+        return Envelope(
+            event_id=self.event_id,
+            type=self.type,
+            schema_version=self.schema_version,
+            stream_id=self.stream_id,
+            occurred_at=self.occurred_at,
+            correlation_id=self.correlation_id,
+            causation_id=self.causation_id,
+            traceparent=self.traceparent,
+            tracestate=self.tracestate,
+            producer=self.producer,
+            payload=self.payload,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvaluationView:
+    """One evaluation as its events so far describe it (a row of the ``evaluations`` table)."""
+
+    evaluation_id: uuid.UUID
+    status: EvaluationStatus
+    model: str | None
+    # The requested constraint (e.g. ">=1,<2") until scheduled, then the resolved version.
+    model_version: str | None
+    framework: str | None
+    hardware: str | None
+    agent_id: str | None
+    trace_id: str
+    # The evaluation.requested payload, as sent.
+    request: dict[str, Any] | None
+    # The LatencySummary of evaluation.completed, as JSON; see ``summary()``.
+    result: dict[str, Any] | None
+    # "<stage>: <reason>" from evaluation.failed.
+    error: str | None
+    requested_at: datetime
+    updated_at: datetime
+    # Position of the newest event applied to this row.
+    last_position: int
+
+    def summary(self) -> LatencySummary | None:
+        return None if self.result is None else LatencySummary.model_validate(self.result)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentView:
+    """One worker as its announcements describe it (a row of the ``agents`` table)."""
+
+    agent_id: str
+    host: str | None
+    framework: str | None
+    framework_version: str | None
+    hardware: str | None
+    capabilities: dict[str, Any] | None
+    heartbeat_interval_s: float | None
+    status: AgentStatus
+    busy: bool
+    # When the agent last spoke (agent.online or agent.heartbeat); None if it never did.
+    last_seen: datetime | None
+    updated_at: datetime
+    last_position: int

@@ -1,0 +1,66 @@
+"""Wire contracts: every message dlscope sends or accepts, and where it is routed."""
+
+from shared.messages.agents import (
+    AgentHeartbeat,
+    AgentOffline,
+    AgentOnline,
+    AgentsDiscover,
+    agent_stream,
+)
+from shared.messages.envelope import Envelope, Payload, decode, encode, payload_type
+from shared.messages.evaluation import (
+    FRAMEWORKS,
+    HARDWARE,
+    EvaluationCompleted,
+    EvaluationFailed,
+    EvaluationMeasured,
+    EvaluationRequested,
+    EvaluationScheduled,
+    EvaluationStarted,
+    FailureStage,
+    Framework,
+    Hardware,
+    LatencySummary,
+    RunEvaluation,
+    Scenario,
+    evaluation_stream,
+    failure_caused_by,
+)
+from shared.messages.registry import ListModels, ModelList, ResolvedModel, ResolveModel
+from shared.messages.routing import Topology, job_key, rpc_key
+
+__all__ = [
+    "FRAMEWORKS",
+    "HARDWARE",
+    "AgentHeartbeat",
+    "AgentOffline",
+    "AgentOnline",
+    "AgentsDiscover",
+    "Envelope",
+    "EvaluationCompleted",
+    "EvaluationFailed",
+    "EvaluationMeasured",
+    "EvaluationRequested",
+    "EvaluationScheduled",
+    "EvaluationStarted",
+    "FailureStage",
+    "Framework",
+    "Hardware",
+    "LatencySummary",
+    "ListModels",
+    "ModelList",
+    "Payload",
+    "ResolveModel",
+    "ResolvedModel",
+    "RunEvaluation",
+    "Scenario",
+    "Topology",
+    "agent_stream",
+    "decode",
+    "encode",
+    "evaluation_stream",
+    "failure_caused_by",
+    "job_key",
+    "payload_type",
+    "rpc_key",
+]

@@ -1,0 +1,53 @@
+"""Events by which workers (agents) announce themselves, and the scheduler's discovery call.
+
+Every agent's events share ``stream_id = "agent-<agent_id>"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from shared.messages.envelope import Payload
+from shared.messages.evaluation import Framework, Hardware
+
+__all__ = ["AgentHeartbeat", "AgentOffline", "AgentOnline", "AgentsDiscover", "agent_stream"]
+
+
+def agent_stream(agent_id: str) -> str:
+    return f"agent-{agent_id}"
+
+
+class AgentOnline(Payload):
+    TYPE = "agent.online"
+
+    agent_id: str = Field(min_length=1)
+    host: str
+    framework: Framework
+    framework_version: str
+    hardware: Hardware
+    capabilities: dict[str, Any] = Field(default_factory=dict)
+    heartbeat_interval_s: float = Field(gt=0)
+
+
+class AgentHeartbeat(Payload):
+    TYPE = "agent.heartbeat"
+
+    agent_id: str
+    busy: bool
+
+
+class AgentOffline(Payload):
+    TYPE = "agent.offline"
+
+    agent_id: str
+    reason: str
+
+
+class AgentsDiscover(Payload):
+    """Asks every agent to announce itself again (sent by a scheduler that has just started)."""
+
+    TYPE = "agent.discover"
+
+    requested_by: str

@@ -1,0 +1,147 @@
+"""The envelope every dlscope message travels in, and its (de)serialisation.
+
+The ``event_id`` is the idempotency key: a consumer that sees the same id twice does the work
+once. ``correlation_id`` ties together every message of one evaluation; ``causation_id`` names
+the message that caused this one. The W3C ``traceparent`` lets one evaluation be one trace.
+"""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Self, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from shared.errors import InvalidMessage
+
+__all__ = ["Envelope", "Payload", "decode", "encode", "payload_type"]
+
+
+class Payload(BaseModel):
+    """Base of every typed message body. ``TYPE`` doubles as the event's routing key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    TYPE: ClassVar[str]
+    SCHEMA: ClassVar[int] = 1
+
+    _registry: ClassVar[dict[str, type[Payload]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "TYPE" in cls.__dict__:
+            if cls.TYPE in Payload._registry:
+                raise TypeError(f"two payload classes claim type {cls.TYPE!r}")
+            Payload._registry[cls.TYPE] = cls
+
+
+def payload_type(type_name: str) -> type[Payload]:
+    try:
+        return Payload._registry[type_name]
+    except KeyError:
+        known = ", ".join(sorted(Payload._registry))
+        raise InvalidMessage(f"unknown message type {type_name!r}; known types: {known}") from None
+
+
+P = TypeVar("P", bound=Payload)
+
+
+class Envelope(BaseModel):
+    """Metadata shared by all messages, plus the payload as plain JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
+    type: str
+    schema_version: int = 1
+    stream_id: str = Field(min_length=1)
+    occurred_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    correlation_id: uuid.UUID
+    causation_id: uuid.UUID | None = None
+    traceparent: str | None = None
+    tracestate: str | None = None
+    producer: str | None = None
+    payload: dict[str, Any]
+
+    @classmethod
+    def wrap(
+        cls,
+        payload: Payload,
+        *,
+        stream_id: str,
+        correlation_id: uuid.UUID,
+        causation_id: uuid.UUID | None = None,
+        producer: str | None = None,
+    ) -> Self:
+        return cls(
+            type=payload.TYPE,
+            schema_version=payload.SCHEMA,
+            stream_id=stream_id,
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            producer=producer,
+            payload=payload.model_dump(mode="json"),
+        )
+
+    def caused(self, payload: Payload, *, stream_id: str | None = None, producer: str) -> Envelope:
+        """A new message caused by this one, in the same correlation (and by default stream).
+
+        Its event id is derived from this message's id and the new type, so a handler that
+        runs twice for one message (a redelivery after a crash) emits the same ids, and the
+        event store keeps one copy.
+        """
+        return Envelope(
+            event_id=uuid.uuid5(self.event_id, payload.TYPE),
+            type=payload.TYPE,
+            schema_version=payload.SCHEMA,
+            stream_id=stream_id or self.stream_id,
+            correlation_id=self.correlation_id,
+            causation_id=self.event_id,
+            producer=producer,
+            payload=payload.model_dump(mode="json"),
+        )
+
+    # ``builtins.type``: inside this class, ``type`` is the envelope's field.
+    def open(self, expected: builtins.type[P]) -> P:
+        """The payload as ``expected``; an ``InvalidMessage`` names what does not fit."""
+        if self.type != expected.TYPE:
+            raise InvalidMessage(f"expected a {expected.TYPE!r} message, got {self.type!r}")
+        return _validate(expected, self.payload, self.type)
+
+    def typed(self) -> Payload:
+        """The payload as the class registered for this envelope's type."""
+        return _validate(payload_type(self.type), self.payload, self.type)
+
+
+def _validate(cls: type[P], data: dict[str, Any], type_name: str) -> P:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidMessage(f"invalid {type_name!r} payload: {_describe(exc)}") from exc
+
+
+def _describe(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+    )
+
+
+def encode(envelope: Envelope) -> bytes:
+    return orjson.dumps(envelope.model_dump(mode="json"))
+
+
+def decode(body: bytes) -> Envelope:
+    """Parse a message body; anything that is not a valid envelope is an ``InvalidMessage``."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidMessage(f"message body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidMessage("message body must be a JSON object (the envelope)")
+    try:
+        return Envelope.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidMessage(f"invalid envelope: {_describe(exc)}") from exc

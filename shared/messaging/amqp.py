@@ -1,0 +1,396 @@
+"""The RabbitMQ adapter of the broker port, through aio-pika.
+
+Channels, and why there are several:
+- one robust channel declares the exchanges and the dead-letter queue, so that aio-pika
+  declares them again after a reconnect (a broker that lost its data gets them back);
+- one robust channel per subscription, so its QoS is its own prefetch, aio-pika restores its
+  queue, bindings and consumer after a reconnect, and closing it hands every unsettled
+  delivery back to RabbitMQ;
+- one plain channel with publisher confirms for publishing, replaced when it closes: a
+  channel error (an undeclared exchange) or a lost connection must not end the adapter, and
+  a plain channel is never reopened behind our back by aio-pika;
+- short-lived plain channels for one-off checks, whose 404s may close them harmlessly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import aio_pika
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+    HeadersType,
+)
+from aio_pika.exceptions import (
+    AMQPError,
+    AuthenticationError,
+    ChannelInvalidStateError,
+    ChannelNotFoundEntity,
+    ChannelPreconditionFailed,
+)
+from yarl import URL
+
+from shared.errors import BrokerUnavailable, ConfigurationError
+from shared.messaging.broker import (
+    ATTEMPT_HEADER,
+    ORIGIN_EXCHANGE_HEADER,
+    ORIGIN_ROUTING_KEY_HEADER,
+    REASON_HEADER,
+    Binding,
+    Consumer,
+    Delivery,
+    Outcome,
+    OutgoingMessage,
+    Verdict,
+)
+
+__all__ = ["AmqpBroker"]
+
+log = logging.getLogger(__name__)
+
+# What a lost or refusing broker looks like from aio-pika and aiormq.
+_BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, OSError, TimeoutError)
+
+
+class _AmqpSubscription:
+    def __init__(
+        self, broker: AmqpBroker, channel: AbstractRobustChannel, queue: AbstractQueue
+    ) -> None:
+        self._broker = broker
+        self._channel = channel
+        self.queue = queue
+        self.tag = ""
+        self.cancelled = False
+        self.handlers: set[asyncio.Task[object]] = set()
+
+    async def cancel(self) -> None:
+        if self.cancelled:
+            return
+        self.cancelled = True
+        self._broker._subscriptions.discard(self)
+        # Bounded: during an outage aio-pika would wait for the connection to come back.
+        with contextlib.suppress(*_BROKER_ERRORS):
+            async with asyncio.timeout(self._broker.timeout):
+                # Through the robust queue, so that aio-pika does not resume it after a reconnect.
+                await self.queue.cancel(self.tag)
+        current = asyncio.current_task()
+        handlers = [task for task in self.handlers if task is not current]
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        with contextlib.suppress(*_BROKER_ERRORS):
+            async with asyncio.timeout(self._broker.timeout):
+                # RabbitMQ requeues whatever a closed channel left unacknowledged.
+                await self._channel.close()
+
+
+class AmqpBroker:
+    def __init__(
+        self,
+        url: str,
+        *,
+        connection_name: str | None = None,
+        timeout: float = 10.0,
+        reconnect_interval: float = 1.0,
+    ) -> None:
+        self._url = url
+        # Shown by RabbitMQ (management UI, rabbitmqctl) as the client-provided name.
+        self.connection_name = connection_name or f"dlscope-{uuid.uuid4().hex[:12]}"
+        # Longest wait for one operation, including for a reconnect in progress.
+        self.timeout = timeout
+        self._reconnect_interval = reconnect_interval
+        self._connection: AbstractRobustConnection | None = None
+        self._topology: AbstractRobustChannel | None = None
+        self._publisher: AbstractChannel | None = None
+        self._publisher_lock = asyncio.Lock()
+        self._known_exchanges: set[str] = {""}
+        self._subscriptions: set[_AmqpSubscription] = set()
+
+    @property
+    def is_connected(self) -> bool:
+        connection = self._connection
+        return connection is not None and not connection.is_closed and connection.connected.is_set()
+
+    async def connect(self) -> None:
+        if self._connection is not None:
+            return
+        where = URL(self._url).with_password(None)  # never log the password
+        try:
+            self._connection = await aio_pika.connect_robust(
+                self._url,
+                client_properties={"connection_name": self.connection_name},
+                reconnect_interval=self._reconnect_interval,
+                timeout=self.timeout,
+            )
+        except AuthenticationError as exc:
+            raise ConfigurationError(f"RabbitMQ at {where} refused the credentials: {exc}") from exc
+        except (*_BROKER_ERRORS, RuntimeError) as exc:
+            raise BrokerUnavailable(f"cannot connect to RabbitMQ at {where}: {exc!r}") from exc
+
+    async def close(self) -> None:
+        for subscription in list(self._subscriptions):
+            await subscription.cancel()
+        connection, self._connection = self._connection, None
+        self._topology = self._publisher = None
+        self._known_exchanges = {""}
+        if connection is not None:
+            with contextlib.suppress(*_BROKER_ERRORS):
+                await connection.close()
+
+    async def declare_exchanges(
+        self, names: Sequence[str], *, dead_letter_exchange: str, dead_letter_queue: str
+    ) -> None:
+        async with self._guard("declaring the exchanges"):
+            if self._topology is None or self._topology.is_closed:
+                self._topology = (await self._ready()).channel()
+                await self._topology.initialize(timeout=self.timeout)
+            for name in (*names, dead_letter_exchange):
+                await self._topology.declare_exchange(
+                    name, aio_pika.ExchangeType.TOPIC, durable=True
+                )
+                self._known_exchanges.add(name)
+            queue = await self._topology.declare_queue(dead_letter_queue, durable=True)
+            await queue.bind(dead_letter_exchange, "#")
+
+    async def publish(self, exchange: str, routing_key: str, message: OutgoingMessage) -> None:
+        await self._check_exchange(exchange)
+        await self._send(exchange, routing_key, _message(message, dict(message.headers)))
+
+    async def consume(
+        self,
+        queue: str,
+        bindings: Sequence[Binding],
+        consumer: Consumer,
+        *,
+        prefetch: int,
+        dead_letter_exchange: str,
+        durable: bool = True,
+    ) -> _AmqpSubscription:
+        # Checked on a throwaway channel first: a 404 on the subscription's robust channel
+        # would have aio-pika reopen it in the background.
+        for binding in bindings:
+            await self._check_exchange(binding.exchange)
+        async with self._guard(f"consuming from queue {queue!r}"):
+            channel = (await self._ready()).channel()
+            try:
+                await channel.initialize(timeout=self.timeout)
+                await channel.set_qos(prefetch_count=prefetch)
+                declared = await channel.declare_queue(
+                    queue or None,
+                    durable=durable,
+                    exclusive=not durable,
+                    auto_delete=not durable,
+                    arguments={"x-dead-letter-exchange": dead_letter_exchange}
+                    if dead_letter_exchange
+                    else None,
+                )
+                for binding in bindings:
+                    await declared.bind(binding.exchange, binding.pattern)
+                subscription = _AmqpSubscription(self, channel, declared)
+                handle = self._handler(subscription, consumer, dead_letter_exchange)
+                subscription.tag = await declared.consume(handle)
+            except BaseException:
+                with contextlib.suppress(*_BROKER_ERRORS):
+                    await channel.close()
+                raise
+        self._subscriptions.add(subscription)
+        return subscription
+
+    async def declare_reply_queue(self, consumer: Consumer) -> str:
+        # aio-pika names the queue itself (amq_<uuid>) rather than letting RabbitMQ do it, so
+        # that it can declare it again under the same name after a reconnect: the name is
+        # what requesters have put in reply_to.
+        subscription = await self.consume(
+            "", [], consumer, prefetch=64, dead_letter_exchange="", durable=False
+        )
+        return subscription.queue.name
+
+    async def queue_depth(self, queue: str) -> int:
+        async with self._guard(f"counting the messages in queue {queue!r}"):
+            try:
+                async with self._scratch_channel() as channel:
+                    declared = await channel.declare_queue(queue, passive=True)
+            except ChannelNotFoundEntity:
+                return 0
+            return declared.declaration_result.message_count or 0
+
+    async def delete_queue(self, queue: str) -> None:
+        for subscription in [s for s in self._subscriptions if s.queue.name == queue]:
+            await subscription.cancel()  # else aio-pika would declare it again to resume consuming
+        async with self._guard(f"deleting queue {queue!r}"), self._scratch_channel() as channel:
+            await channel.queue_delete(queue)
+
+    # internals
+
+    def _handler(
+        self, subscription: _AmqpSubscription, consumer: Consumer, dead_letter_exchange: str
+    ) -> Callable[[AbstractIncomingMessage], Awaitable[None]]:
+        # aio-pika runs this in a task of its own per delivery, created in delivery order;
+        # QoS keeps at most ``prefetch`` of them unacknowledged.
+        async def handle(message: AbstractIncomingMessage) -> None:
+            if subscription.cancelled:
+                return  # left unacknowledged: requeued when the channel closes
+            task: asyncio.Task[object] | None = asyncio.current_task()
+            if task is not None:
+                subscription.handlers.add(task)
+            try:
+                delivery = _delivery(message)
+                try:
+                    verdict = await consumer(delivery)
+                except Exception as exc:  # a consumer must return a verdict; a crash is transient
+                    log.exception(
+                        "consumer of %r failed; retrying the message", subscription.queue.name
+                    )
+                    verdict = Verdict(Outcome.RETRY, f"{type(exc).__name__}: {exc}")
+                await self._settle(
+                    subscription.queue.name, message, delivery, verdict, dead_letter_exchange
+                )
+            except (*_BROKER_ERRORS, BrokerUnavailable, ConfigurationError) as exc:
+                log.warning(
+                    "could not settle a message on %r; RabbitMQ will redeliver it: %r",
+                    subscription.queue.name,
+                    exc,
+                )
+                # Hand it back now: left unacknowledged on a live channel it would be stuck.
+                with contextlib.suppress(*_BROKER_ERRORS):
+                    await message.nack(requeue=True)
+            finally:
+                if task is not None:
+                    subscription.handlers.discard(task)
+
+        return handle
+
+    async def _settle(
+        self,
+        queue: str,
+        message: AbstractIncomingMessage,
+        delivery: Delivery,
+        verdict: Verdict,
+        dead_letter_exchange: str,
+    ) -> None:
+        # The copy is confirmed before the original is acked: a crash in between duplicates
+        # the message rather than losing it.
+        headers: HeadersType = dict(message.headers)
+        if verdict.outcome is Outcome.RETRY:
+            headers[ATTEMPT_HEADER] = str(delivery.attempt + 1)
+            headers[ORIGIN_EXCHANGE_HEADER] = delivery.exchange
+            headers[ORIGIN_ROUTING_KEY_HEADER] = delivery.routing_key
+            await self._send("", queue, _message(message, headers))
+        elif verdict.outcome is Outcome.DEAD_LETTER and dead_letter_exchange:
+            headers[REASON_HEADER] = verdict.reason
+            await self._send(dead_letter_exchange, delivery.routing_key, _message(message, headers))
+        await message.ack()
+
+    async def _send(self, exchange: str, routing_key: str, message: aio_pika.Message) -> None:
+        async with self._guard(f"publishing to exchange {exchange!r} with key {routing_key!r}"):
+            async with self._publisher_lock:
+                if self._publisher is None or self._publisher.is_closed:
+                    self._publisher = aio_pika.Channel(await self._ready(), publisher_confirms=True)
+                    await self._publisher.initialize(timeout=self.timeout)
+                channel = self._publisher
+            target = (
+                channel.default_exchange
+                if not exchange
+                else await channel.get_exchange(exchange, ensure=False)
+            )
+            try:
+                # Not mandatory: an unroutable message is dropped, as the port says.
+                await target.publish(message, routing_key, mandatory=False)
+            except ChannelNotFoundEntity as exc:
+                if f"exchange '{exchange}'" not in str(exc):
+                    # Another publish's 404 closed the shared channel under this one, which
+                    # the broker may or may not have taken: worth a retry, not a config error.
+                    raise BrokerUnavailable(f"publish interrupted by {exc}") from exc
+                self._known_exchanges.discard(exchange)
+                raise ConfigurationError(f"exchange {exchange!r} has not been declared") from exc
+
+    async def _check_exchange(self, name: str) -> None:
+        if name in self._known_exchanges:
+            return
+        async with self._guard(f"looking up exchange {name!r}"):
+            try:
+                async with self._scratch_channel() as channel:
+                    await channel.declare_exchange(name, passive=True)
+            except ChannelNotFoundEntity as exc:
+                raise ConfigurationError(f"exchange {name!r} has not been declared") from exc
+        self._known_exchanges.add(name)
+
+    async def _ready(self) -> AbstractRobustConnection:
+        if self._connection is None:
+            raise ConfigurationError("the AMQP broker is not connected; call connect() first")
+        # While aio-pika reconnects, wait (bounded by the caller's guard) instead of failing.
+        await self._connection.connected.wait()
+        return self._connection
+
+    @contextlib.asynccontextmanager
+    async def _scratch_channel(self) -> AsyncIterator[AbstractChannel]:
+        channel = aio_pika.Channel(await self._ready(), publisher_confirms=False)
+        await channel.initialize(timeout=self.timeout)
+        try:
+            yield channel
+        finally:
+            if not channel.is_closed:
+                with contextlib.suppress(*_BROKER_ERRORS):
+                    await channel.close()
+
+    @contextlib.asynccontextmanager
+    async def _guard(self, action: str) -> AsyncIterator[None]:
+        """Bound ``action`` by the timeout and translate aio-pika's errors into ours."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                yield
+        except (ChannelNotFoundEntity, ChannelPreconditionFailed) as exc:
+            # 404 or 406 (declared before with other settings): retrying cannot help.
+            raise ConfigurationError(f"{action}: {exc}") from exc
+        except TimeoutError as exc:
+            raise BrokerUnavailable(f"{action}: no answer within {self.timeout:g} s") from exc
+        except (*_BROKER_ERRORS, RuntimeError) as exc:  # a bare RuntimeError: no transport
+            raise BrokerUnavailable(f"{action}: {exc!r}") from exc
+
+
+def _delivery(message: AbstractIncomingMessage) -> Delivery:
+    headers = dict(message.headers)
+    return Delivery(
+        body=message.body,
+        # A retried message comes through the default exchange; report where it was sent.
+        exchange=_text(headers.get(ORIGIN_EXCHANGE_HEADER, message.exchange or "")),
+        routing_key=_text(headers.get(ORIGIN_ROUTING_KEY_HEADER, message.routing_key or "")),
+        headers=headers,
+        message_id=message.message_id,
+        correlation_id=message.correlation_id,
+        reply_to=message.reply_to,
+        attempt=_attempt(headers.get(ATTEMPT_HEADER)),
+    )
+
+
+def _message(
+    message: OutgoingMessage | AbstractIncomingMessage, headers: HeadersType
+) -> aio_pika.Message:
+    return aio_pika.Message(
+        message.body,
+        headers=headers,
+        content_type=message.content_type,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        message_id=message.message_id,
+        correlation_id=message.correlation_id,
+        reply_to=message.reply_to,
+    )
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes | bytearray) else str(value)
+
+
+def _attempt(value: object) -> int:
+    try:
+        return max(1, int(_text(value))) if value is not None else 1
+    except ValueError:
+        return 1

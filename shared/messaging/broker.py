@@ -1,0 +1,133 @@
+"""The broker port: what dlscope needs from a message broker, at the level of bytes.
+
+Two adapters implement it: ``AmqpBroker`` (RabbitMQ through aio-pika) and ``MemoryBroker``
+(in-process, for the embedded mode). Both follow RabbitMQ's semantics exactly, and one
+contract suite (tests/contract/test_broker.py) runs against both.
+
+What every adapter guarantees:
+- ``publish`` returns only once the broker has taken the message (publisher confirms);
+  a message no queue is bound for is dropped, as RabbitMQ does without ``mandatory``.
+- Topic exchanges: ``*`` matches exactly one word, ``#`` zero or more words.
+- Deliveries reach the consumer concurrently, at most ``prefetch`` unsettled at a time, and
+  are *started* in delivery order; the consumer's ``Verdict`` settles each one:
+  ACK removes it; RETRY puts it back at the tail with ``attempt + 1``; DEAD_LETTER publishes
+  it to the dead-letter exchange under its original routing key with the reason in the
+  ``x-dlscope-reason`` header, then removes it. The adapter settles only after the consumer
+  returns, so an effect committed by the consumer is never lost to an early ack.
+- A message left unsettled when a consumer goes away (crash, cancel) is delivered again.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = [
+    "ATTEMPT_HEADER",
+    "REASON_HEADER",
+    "Binding",
+    "Broker",
+    "Consumer",
+    "Delivery",
+    "Outcome",
+    "OutgoingMessage",
+    "Subscription",
+    "Verdict",
+]
+
+ATTEMPT_HEADER = "x-dlscope-attempt"
+REASON_HEADER = "x-dlscope-reason"
+# Where a retried message was first published, so its routing key survives the retry.
+ORIGIN_EXCHANGE_HEADER = "x-dlscope-exchange"
+ORIGIN_ROUTING_KEY_HEADER = "x-dlscope-routing-key"
+
+
+class Outcome(enum.Enum):
+    ACK = "ack"
+    RETRY = "retry"
+    DEAD_LETTER = "dead-letter"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class OutgoingMessage:
+    body: bytes
+    message_id: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    body: bytes
+    exchange: str
+    routing_key: str
+    headers: Mapping[str, object]
+    message_id: str | None = None
+    correlation_id: str | None = None
+    reply_to: str | None = None
+    # 1 on the first delivery; RETRY increments it.
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class Binding:
+    exchange: str
+    pattern: str
+
+
+Consumer = Callable[[Delivery], Awaitable[Verdict]]
+
+
+class Subscription(Protocol):
+    async def cancel(self) -> None:
+        """Stop consuming; unsettled deliveries go back to the queue."""
+
+
+class Broker(Protocol):
+    @property
+    def is_connected(self) -> bool: ...
+
+    async def connect(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def declare_exchanges(
+        self, names: Sequence[str], *, dead_letter_exchange: str, dead_letter_queue: str
+    ) -> None:
+        """Declare durable topic exchanges, the dead-letter exchange, and a durable queue
+        bound to it with ``#`` that keeps every dead letter for inspection."""
+
+    async def publish(self, exchange: str, routing_key: str, message: OutgoingMessage) -> None:
+        """Publish persistently and wait for the broker's confirm. ``exchange=""`` is the
+        default exchange, which routes to the queue named by ``routing_key``."""
+
+    async def consume(
+        self,
+        queue: str,
+        bindings: Sequence[Binding],
+        consumer: Consumer,
+        *,
+        prefetch: int,
+        dead_letter_exchange: str,
+        durable: bool = True,
+    ) -> Subscription:
+        """Declare ``queue`` (durable, or exclusive and auto-deleted when not), bind it and
+        start consuming."""
+
+    async def declare_reply_queue(self, consumer: Consumer) -> str:
+        """An exclusive, auto-deleted queue for request/reply answers; returns its name."""
+
+    async def queue_depth(self, queue: str) -> int:
+        """Messages ready in ``queue`` (not counting unsettled deliveries)."""
+
+    async def delete_queue(self, queue: str) -> None: ...

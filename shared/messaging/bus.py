@@ -1,0 +1,247 @@
+"""The bus services talk through: typed envelopes over a broker port, traced, with one policy.
+
+Tracing lives here and not in handlers: ``publish`` opens a PRODUCER span and injects its
+context into the AMQP headers and the envelope; consuming opens a CONSUMER span that
+continues the publisher's trace, and the handler runs inside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from shared.errors import InvalidMessage, RequestTimeout
+from shared.messages import Envelope, Topology, decode, encode
+from shared.messaging.broker import (
+    Binding,
+    Broker,
+    Delivery,
+    Outcome,
+    OutgoingMessage,
+    Subscription,
+    Verdict,
+)
+from shared.messaging.policy import verdict_for
+from shared.telemetry import Telemetry, inject, parent_context
+
+__all__ = ["Bus", "DeadLetterHook", "Handler"]
+
+log = logging.getLogger(__name__)
+
+# A handler's returned envelope is sent as the reply when the message asked for one.
+Handler = Callable[[Envelope], Awaitable[Envelope | None]]
+# Told when a readable message is about to be dead-lettered, with the reason, so the service
+# can record the failure (e.g. fail the evaluation) instead of leaving it half-done.
+DeadLetterHook = Callable[[Envelope, str], Awaitable[None]]
+
+
+class Bus:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        topology: Topology,
+        telemetry: Telemetry,
+        service: str,
+        max_attempts: int = 3,
+        prefetch: int = 16,
+    ) -> None:
+        self.broker = broker
+        self.topology = topology
+        self.service = service
+        self._tracer = telemetry.tracer
+        self._max_attempts = max_attempts
+        self._prefetch = prefetch
+        self._subscriptions: list[Subscription] = []
+        self._reply_queue: str | None = None
+        self._reply_lock = asyncio.Lock()
+        self._pending: dict[str, asyncio.Future[Envelope]] = {}
+
+    async def start(self) -> None:
+        # Several buses may share one broker (the embedded mode); whoever created the broker
+        # closes it, after every bus on it has stopped.
+        if not self.broker.is_connected:
+            await self.broker.connect()
+        await self.broker.declare_exchanges(
+            [self.topology.events, self.topology.jobs],
+            dead_letter_exchange=self.topology.dlx,
+            dead_letter_queue=self.topology.dead_letters,
+        )
+
+    async def stop(self) -> None:
+        for subscription in reversed(self._subscriptions):
+            await subscription.cancel()
+        self._subscriptions.clear()
+        for future in self._pending.values():
+            future.cancel()
+
+    @property
+    def is_connected(self) -> bool:
+        return self.broker.is_connected
+
+    async def publish(
+        self,
+        envelope: Envelope,
+        *,
+        exchange: str | None = None,
+        routing_key: str | None = None,
+        reply_to: str | None = None,
+    ) -> Envelope:
+        """Publish ``envelope`` (by default as an event, routed by its type) and return it
+        as sent, with its trace context filled in."""
+        exchange = self.topology.events if exchange is None else exchange
+        routing_key = routing_key or envelope.type
+        with self._tracer.start_as_current_span(
+            f"{routing_key} publish",
+            kind=SpanKind.PRODUCER,
+            attributes=_messaging_attributes(exchange, routing_key, envelope, self.service),
+        ):
+            headers = inject()
+            sent = envelope.model_copy(
+                update={
+                    "traceparent": headers.get("traceparent"),
+                    "tracestate": headers.get("tracestate"),
+                    "producer": envelope.producer or self.service,
+                }
+            )
+            await self.broker.publish(
+                exchange,
+                routing_key,
+                OutgoingMessage(
+                    body=encode(sent),
+                    message_id=str(sent.event_id),
+                    headers=headers,
+                    correlation_id=str(sent.correlation_id),
+                    reply_to=reply_to,
+                ),
+            )
+        return sent
+
+    async def subscribe(
+        self,
+        queue: str,
+        bindings: Sequence[Binding],
+        handler: Handler,
+        *,
+        durable: bool = True,
+        prefetch: int | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
+    ) -> Subscription:
+        async def consume(delivery: Delivery) -> Verdict:
+            return await self._dispatch(delivery, handler, on_dead_letter)
+
+        subscription = await self.broker.consume(
+            queue,
+            bindings,
+            consume,
+            prefetch=prefetch or self._prefetch,
+            dead_letter_exchange=self.topology.dlx,
+            durable=durable,
+        )
+        self._subscriptions.append(subscription)
+        return subscription
+
+    async def request(self, routing_key: str, envelope: Envelope, *, timeout: float) -> Envelope:
+        """Send ``envelope`` on the jobs exchange and wait for the reply."""
+        reply_queue = await self._ensure_reply_queue()
+        future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+        self._pending[str(envelope.event_id)] = future
+        try:
+            await self.publish(
+                envelope, exchange=self.topology.jobs, routing_key=routing_key, reply_to=reply_queue
+            )
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise RequestTimeout(
+                f"no reply to {envelope.type!r} on {routing_key!r} within {timeout:g} s; "
+                "is the service that answers it running?"
+            ) from None
+        finally:
+            self._pending.pop(str(envelope.event_id), None)
+
+    async def _ensure_reply_queue(self) -> str:
+        async with self._reply_lock:
+            if self._reply_queue is None:
+                self._reply_queue = await self.broker.declare_reply_queue(self._on_reply)
+            return self._reply_queue
+
+    async def _on_reply(self, delivery: Delivery) -> Verdict:
+        try:
+            envelope = decode(delivery.body)
+        except InvalidMessage as exc:
+            log.warning("dropping an unreadable reply: %s", exc)
+            return Verdict(Outcome.ACK)
+        future = self._pending.get(str(envelope.causation_id))
+        if future is not None and not future.done():
+            future.set_result(envelope)
+        return Verdict(Outcome.ACK)
+
+    async def _dispatch(
+        self, delivery: Delivery, handler: Handler, on_dead_letter: DeadLetterHook | None
+    ) -> Verdict:
+        try:
+            envelope = decode(delivery.body)
+        except InvalidMessage as exc:
+            log.warning("dead-lettering an invalid message on %r: %s", delivery.routing_key, exc)
+            return verdict_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
+        context = parent_context(
+            delivery.headers,
+            traceparent=envelope.traceparent,
+            tracestate=envelope.tracestate,
+            correlation_id=envelope.correlation_id,
+            event_id=envelope.event_id,
+        )
+        with self._tracer.start_as_current_span(
+            f"{delivery.routing_key} process",
+            context=context,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                **_messaging_attributes(
+                    delivery.exchange, delivery.routing_key, envelope, self.service
+                ),
+                "messaging.rabbitmq.delivery_attempt": delivery.attempt,
+            },
+        ) as span:
+            error: Exception | None = None
+            try:
+                reply = await handler(envelope)
+                if reply is not None and delivery.reply_to:
+                    await self.publish(reply, exchange="", routing_key=delivery.reply_to)
+            except Exception as exc:
+                error = exc
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+            verdict = verdict_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
+            if verdict.outcome is Outcome.DEAD_LETTER and on_dead_letter is not None:
+                try:
+                    await on_dead_letter(envelope, verdict.reason)
+                except Exception as exc:  # the dead-letter queue still keeps the message
+                    log.warning("%s: recording a dead letter failed: %s", self.service, exc)
+            if verdict.outcome is not Outcome.ACK:
+                log.warning(
+                    "%s: %s %s on %r: %s",
+                    self.service,
+                    verdict.outcome.value,
+                    envelope.type,
+                    delivery.routing_key,
+                    verdict.reason,
+                )
+            return verdict
+
+
+def _messaging_attributes(
+    exchange: str, routing_key: str, envelope: Envelope, service: str
+) -> dict[str, str]:
+    return {
+        "messaging.system": "rabbitmq",
+        "messaging.destination.name": exchange or "(default)",
+        "messaging.rabbitmq.destination.routing_key": routing_key,
+        "messaging.message.id": str(envelope.event_id),
+        "messaging.message.conversation_id": str(envelope.correlation_id),
+        "dlscope.service": service,
+        "dlscope.message.type": envelope.type,
+        "dlscope.stream_id": envelope.stream_id,
+    }

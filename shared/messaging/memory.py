@@ -1,0 +1,245 @@
+"""The in-process broker adapter for the embedded mode (``memory://``).
+
+It follows the port's contract and RabbitMQ's routing exactly; it is never trusted alone:
+the same contract suite runs against it and the real broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from shared.errors import ConfigurationError
+from shared.messaging.broker import (
+    ATTEMPT_HEADER,
+    REASON_HEADER,
+    Binding,
+    Consumer,
+    Delivery,
+    Outcome,
+    OutgoingMessage,
+    Verdict,
+)
+from shared.messaging.topics import topic_matches
+
+__all__ = ["MemoryBroker"]
+
+
+@dataclass
+class _Queue:
+    name: str
+    durable: bool
+    dead_letter_exchange: str | None
+    messages: deque[Delivery] = field(default_factory=deque)
+    ready: asyncio.Condition = field(default_factory=asyncio.Condition)
+    in_flight: int = 0
+
+
+class _MemorySubscription:
+    def __init__(self, broker: MemoryBroker, queue: _Queue, task: asyncio.Task[None]) -> None:
+        self._broker = broker
+        self._queue = queue
+        self._task = task
+
+    async def cancel(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        if not self._queue.durable:
+            self._broker._queues.pop(self._queue.name, None)
+
+
+class MemoryBroker:
+    def __init__(self) -> None:
+        self._exchanges: dict[str, list[tuple[str, str]]] = {}
+        self._queues: dict[str, _Queue] = {}
+        self._connected = False
+        self._names = itertools.count(1)
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected
+
+    async def connect(self) -> None:
+        self._connected = True
+
+    async def close(self) -> None:
+        self._connected = False
+
+    async def declare_exchanges(
+        self, names: Sequence[str], *, dead_letter_exchange: str, dead_letter_queue: str
+    ) -> None:
+        for name in (*names, dead_letter_exchange):
+            self._exchanges.setdefault(name, [])
+        self._declare_queue(dead_letter_queue, durable=True, dead_letter_exchange=None)
+        self._bind(dead_letter_queue, Binding(dead_letter_exchange, "#"))
+
+    async def publish(self, exchange: str, routing_key: str, message: OutgoingMessage) -> None:
+        self._require_connection()
+        delivery = Delivery(
+            body=message.body,
+            exchange=exchange,
+            routing_key=routing_key,
+            headers=dict(message.headers),
+            message_id=message.message_id,
+            correlation_id=message.correlation_id,
+            reply_to=message.reply_to,
+            attempt=_attempt(message.headers),
+        )
+        if exchange == "":
+            queue = self._queues.get(routing_key)
+            targets = [queue] if queue else []
+        else:
+            if exchange not in self._exchanges:
+                raise ConfigurationError(f"exchange {exchange!r} has not been declared")
+            names = {
+                q for pattern, q in self._exchanges[exchange] if topic_matches(pattern, routing_key)
+            }
+            targets = [self._queues[n] for n in sorted(names) if n in self._queues]
+        for queue in targets:
+            await self._enqueue(queue, delivery)
+
+    async def consume(
+        self,
+        queue: str,
+        bindings: Sequence[Binding],
+        consumer: Consumer,
+        *,
+        prefetch: int,
+        dead_letter_exchange: str,
+        durable: bool = True,
+    ) -> _MemorySubscription:
+        self._require_connection()
+        declared = self._declare_queue(
+            queue, durable=durable, dead_letter_exchange=dead_letter_exchange
+        )
+        for binding in bindings:
+            if binding.exchange not in self._exchanges:
+                raise ConfigurationError(f"exchange {binding.exchange!r} has not been declared")
+            self._bind(queue, binding)
+        task = asyncio.create_task(
+            self._consume(declared, consumer, prefetch), name=f"consume {queue}"
+        )
+        return _MemorySubscription(self, declared, task)
+
+    async def declare_reply_queue(self, consumer: Consumer) -> str:
+        name = f"amq.gen-memory-{next(self._names)}"
+        await self.consume(name, [], consumer, prefetch=64, dead_letter_exchange="", durable=False)
+        return name
+
+    async def queue_depth(self, queue: str) -> int:
+        found = self._queues.get(queue)
+        return len(found.messages) if found else 0
+
+    async def delete_queue(self, queue: str) -> None:
+        self._queues.pop(queue, None)
+        for bindings in self._exchanges.values():
+            bindings[:] = [(p, q) for p, q in bindings if q != queue]
+
+    async def drained(self) -> None:
+        """Wait until every queue is empty and no delivery is being handled (embedded mode)."""
+        while not self._quiet():
+            self._idle.clear()
+            await self._idle.wait()
+
+    # internals
+
+    def _quiet(self) -> bool:
+        return all(
+            q.in_flight == 0 and (not q.messages or q.name.endswith("dead-letters"))
+            for q in self._queues.values()
+        )
+
+    def _require_connection(self) -> None:
+        if not self._connected:
+            raise ConfigurationError("the memory broker is not connected")
+
+    def _declare_queue(
+        self, name: str, *, durable: bool, dead_letter_exchange: str | None
+    ) -> _Queue:
+        if name not in self._queues:
+            self._queues[name] = _Queue(name, durable, dead_letter_exchange or None)
+        return self._queues[name]
+
+    def _bind(self, queue: str, binding: Binding) -> None:
+        bindings = self._exchanges[binding.exchange]
+        if (binding.pattern, queue) not in bindings:
+            bindings.append((binding.pattern, queue))
+
+    async def _enqueue(self, queue: _Queue, delivery: Delivery, *, front: bool = False) -> None:
+        async with queue.ready:
+            if front:
+                queue.messages.appendleft(delivery)
+            else:
+                queue.messages.append(delivery)
+            queue.ready.notify()
+
+    async def _consume(self, queue: _Queue, consumer: Consumer, prefetch: int) -> None:
+        slots = asyncio.Semaphore(prefetch)
+        handlers: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await slots.acquire()
+                async with queue.ready:
+                    await queue.ready.wait_for(lambda: bool(queue.messages))
+                    delivery = queue.messages.popleft()
+                    queue.in_flight += 1
+                task = asyncio.create_task(self._handle(queue, consumer, delivery, slots))
+                handlers.add(task)
+                task.add_done_callback(handlers.discard)
+        finally:
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+
+    async def _handle(
+        self, queue: _Queue, consumer: Consumer, delivery: Delivery, slots: asyncio.Semaphore
+    ) -> None:
+        settled = False
+        try:
+            verdict = await consumer(delivery)
+            await self._settle(queue, delivery, verdict)
+            settled = True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a consumer must return a verdict; treat a crash as transient
+            await self._settle(queue, delivery, Verdict(Outcome.RETRY, repr(exc)))
+            settled = True
+        finally:
+            if not settled:  # cancelled mid-delivery: back to the head, as RabbitMQ requeues
+                queue.messages.appendleft(delivery)
+            queue.in_flight -= 1
+            slots.release()
+            if self._quiet():
+                self._idle.set()
+
+    async def _settle(self, queue: _Queue, delivery: Delivery, verdict: Verdict) -> None:
+        if verdict.outcome is Outcome.RETRY:
+            headers = {**delivery.headers, ATTEMPT_HEADER: str(delivery.attempt + 1)}
+            await self._enqueue(
+                queue, replace(delivery, headers=headers, attempt=delivery.attempt + 1)
+            )
+        elif verdict.outcome is Outcome.DEAD_LETTER and queue.dead_letter_exchange:
+            headers = {**delivery.headers, REASON_HEADER: verdict.reason}
+            await self.publish(
+                queue.dead_letter_exchange,
+                delivery.routing_key,
+                OutgoingMessage(
+                    body=delivery.body,
+                    message_id=delivery.message_id or "",
+                    headers={k: str(v) for k, v in headers.items()},
+                    correlation_id=delivery.correlation_id,
+                ),
+            )
+
+
+def _attempt(headers: object) -> int:
+    value = headers.get(ATTEMPT_HEADER, "1") if isinstance(headers, dict) else "1"
+    try:
+        return max(1, int(str(value)))
+    except ValueError:
+        return 1

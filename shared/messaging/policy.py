@@ -1,0 +1,25 @@
+"""The one acknowledgement policy of every dlscope consumer.
+
+handler succeeded                        -> ACK
+message invalid (InvalidMessage)         -> DEAD_LETTER at once: retrying cannot help
+anything else failed, attempts remain    -> RETRY (back to the queue, attempt + 1)
+anything else failed on the last attempt -> DEAD_LETTER, with the error as the reason
+"""
+
+from __future__ import annotations
+
+from shared.errors import InvalidMessage
+from shared.messaging.broker import Outcome, Verdict
+
+__all__ = ["verdict_for"]
+
+
+def verdict_for(error: BaseException | None, *, attempt: int, max_attempts: int) -> Verdict:
+    if error is None:
+        return Verdict(Outcome.ACK)
+    reason = f"{type(error).__name__}: {error}"
+    if isinstance(error, InvalidMessage):
+        return Verdict(Outcome.DEAD_LETTER, reason)
+    if attempt < max_attempts:
+        return Verdict(Outcome.RETRY, reason)
+    return Verdict(Outcome.DEAD_LETTER, f"failed {attempt} times; last error: {reason}")

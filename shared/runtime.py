@@ -1,0 +1,112 @@
+"""How services run: one runtime (settings, telemetry, broker) and a lifespan around them.
+
+A service is anything with ``start()`` and ``stop()``; ``stop`` undoes ``start`` and services
+stop in the reverse of their start order. The same code runs one service per process
+(``dlscope serve <name>``) and every service in one process (``dlscope run`` / ``up``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from shared.config import Settings
+from shared.messages import Topology
+from shared.messaging import Broker, Bus, create_broker
+from shared.telemetry import Telemetry
+
+__all__ = ["Runtime", "Service", "run_process", "running"]
+
+log = logging.getLogger(__name__)
+
+
+class Service(Protocol):
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    telemetry: Telemetry
+    broker: Broker
+
+    @classmethod
+    def create(cls, settings: Settings, telemetry_name: str) -> Runtime:
+        return cls(
+            settings=settings,
+            telemetry=Telemetry.create(settings, telemetry_name),
+            broker=create_broker(settings.broker_url),
+        )
+
+    @property
+    def topology(self) -> Topology:
+        return Topology(self.settings.namespace)
+
+    def bus(self, service: str, *, prefetch: int | None = None) -> Bus:
+        return Bus(
+            self.broker,
+            topology=self.topology,
+            telemetry=self.telemetry,
+            service=service,
+            max_attempts=self.settings.max_delivery_attempts,
+            prefetch=prefetch or self.settings.prefetch,
+        )
+
+    async def close(self) -> None:
+        await self.broker.close()
+        self.telemetry.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def running(services: Sequence[Service]) -> AsyncIterator[None]:
+    """Start ``services`` in order; on exit stop the started ones in reverse order."""
+    started: list[Service] = []
+    try:
+        for service in services:
+            await service.start()
+            started.append(service)
+            log.info("%s started", service.name)
+        yield
+    finally:
+        for service in reversed(started):
+            try:
+                await service.stop()
+            except Exception:
+                log.exception("%s did not stop cleanly", service.name)
+
+
+def run_process(
+    name: str, build: Callable[[Runtime], Sequence[Service]], settings: Settings
+) -> None:
+    """Run services as this OS process until SIGINT or SIGTERM, on uvloop."""
+    import uvloop
+
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s"
+    )
+    uvloop.run(_serve(name, build, settings))
+
+
+async def _serve(
+    name: str, build: Callable[[Runtime], Sequence[Service]], settings: Settings
+) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    runtime = Runtime.create(settings, name)
+    try:
+        async with running(build(runtime)):
+            log.info("%s ready", name)
+            await stop.wait()
+    finally:
+        await runtime.close()

@@ -1,0 +1,116 @@
+"""OpenTelemetry set-up and W3C trace-context propagation across messages.
+
+Each process builds one ``Telemetry`` and passes it down; nothing here sets OpenTelemetry's
+process-global provider, so several services (or tests) can live in one process.
+
+A message published without a trace context (a client publishing straight to RabbitMQ)
+still belongs to exactly one trace: its parent is derived from the correlation id, so
+every service that consumes it, independently, continues the same trace.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from shared.config import Settings
+
+__all__ = ["Telemetry", "inject", "parent_context", "trace_id_hex", "trace_id_of"]
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+@dataclass
+class Telemetry:
+    provider: TracerProvider
+    tracer: trace.Tracer
+
+    @classmethod
+    def create(
+        cls,
+        settings: Settings,
+        service_name: str,
+        *,
+        extra_processor: SpanProcessor | None = None,
+    ) -> Telemetry:
+        provider = TracerProvider(
+            resource=Resource.create(
+                {"service.name": service_name, "service.namespace": settings.namespace}
+            )
+        )
+        if settings.otlp_endpoint:
+            # Imported here: the exporter pulls in protobuf, which only tracing users pay for.
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            endpoint = settings.otlp_endpoint.rstrip("/")
+            if not endpoint.endswith("/v1/traces"):
+                endpoint += "/v1/traces"
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        if extra_processor is not None:
+            provider.add_span_processor(extra_processor)
+        return cls(provider=provider, tracer=provider.get_tracer("dlscope"))
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+
+def trace_id_hex(span_context: SpanContext) -> str:
+    return format(span_context.trace_id, "032x")
+
+
+def inject(context: Context | None = None) -> dict[str, str]:
+    """The current (or given) context as W3C headers: ``traceparent`` and maybe ``tracestate``."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=context)
+    return carrier
+
+
+def parent_context(
+    headers: Mapping[str, Any],
+    *,
+    traceparent: str | None,
+    tracestate: str | None,
+    correlation_id: uuid.UUID,
+    event_id: uuid.UUID,
+) -> Context:
+    """The context a consumer continues: from the AMQP headers, else from the envelope, else
+    one derived from the correlation id (the same for every consumer of the message)."""
+    for carrier in (
+        {k: str(v) for k, v in headers.items() if k in ("traceparent", "tracestate")},
+        {"traceparent": traceparent or "", "tracestate": tracestate or ""},
+    ):
+        if carrier.get("traceparent"):
+            context = _PROPAGATOR.extract(carrier)
+            if trace.get_current_span(context).get_span_context().is_valid:
+                return context
+    derived = SpanContext(
+        trace_id=_derived_trace_id(correlation_id),
+        span_id=(event_id.int >> 64) or 1,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    return trace.set_span_in_context(NonRecordingSpan(derived))
+
+
+def trace_id_of(traceparent: str | None, correlation_id: uuid.UUID) -> str:
+    """The trace id a message belongs to (see ``parent_context``)."""
+    if traceparent:
+        context = _PROPAGATOR.extract({"traceparent": traceparent})
+        span_context = trace.get_current_span(context).get_span_context()
+        if span_context.is_valid:
+            return trace_id_hex(span_context)
+    return format(_derived_trace_id(correlation_id), "032x")
+
+
+def _derived_trace_id(correlation_id: uuid.UUID) -> int:
+    return correlation_id.int or 1

@@ -1,0 +1,63 @@
+"""Fixtures shared by every test layer.
+
+Real services: RabbitMQ and PostgreSQL on 127.0.0.1 (``make test`` starts them). Each test
+gets its own broker namespace (exchange and queue prefix) and each session its own Postgres
+database, so tests never see each other's messages or rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+
+RABBITMQ_URL = os.environ.get("DLSCOPE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+POSTGRES_ADMIN_DSN = os.environ.get(
+    "DLSCOPE_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    return RABBITMQ_URL
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A fresh database for this test session; its SQLAlchemy URL."""
+    name = f"dlscope_test_{uuid.uuid4().hex[:10]}"
+
+    async def admin(sql: str) -> None:
+        connection = await asyncpg.connect(POSTGRES_ADMIN_DSN)
+        try:
+            await connection.execute(sql)
+        finally:
+            await connection.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    base = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+async def postgres_url(postgres_database: str) -> str:
+    """The session's database, emptied of dlscope's tables before each test."""
+    dsn = postgres_database.replace("postgresql+asyncpg://", "postgresql://")
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+    finally:
+        await connection.close()
+    return postgres_database

@@ -1,0 +1,753 @@
+"""The broker port's contract, run against every adapter: the in-memory one and RabbitMQ.
+
+Every test gets its own namespace (exchanges ``<ns>.events|jobs|dlx``, queues ``<ns>.test.*``)
+and waits for what it expects with a timeout; absence is shown by order (a message published
+after the unwanted ones arrives, and nothing arrived before it), never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import aio_pika
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.trace import SpanKind
+
+from shared.config import Settings
+from shared.errors import BrokerUnavailable, ConfigurationError, InvalidMessage, TransientError
+from shared.messages import Envelope, Topology
+from shared.messaging.amqp import AmqpBroker
+from shared.messaging.broker import (
+    REASON_HEADER,
+    Binding,
+    Broker,
+    Consumer,
+    Delivery,
+    Outcome,
+    OutgoingMessage,
+    Subscription,
+    Verdict,
+)
+from shared.messaging.bus import Bus
+from shared.messaging.memory import MemoryBroker
+from shared.telemetry import Telemetry
+
+WAIT = 10.0  # seconds: generous for a loaded 2-core machine, never reached when all is well
+
+ADAPTERS = [
+    pytest.param("memory", id="memory"),
+    pytest.param("rabbitmq", id="rabbitmq", marks=pytest.mark.rabbitmq),
+]
+
+ACK = Verdict(Outcome.ACK)
+
+
+class Recorder:
+    """A consumer that keeps what it gets, in the order deliveries start."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        self._arrived: asyncio.Queue[Delivery] = asyncio.Queue()
+
+    async def __call__(self, delivery: Delivery) -> Verdict:
+        self.deliveries.append(delivery)
+        self._arrived.put_nowait(delivery)
+        return ACK
+
+    async def next(self) -> Delivery:
+        return await asyncio.wait_for(self._arrived.get(), WAIT)
+
+    async def take(self, count: int) -> list[Delivery]:
+        return [await self.next() for _ in range(count)]
+
+
+@dataclass
+class Rig:
+    """A connected broker with the namespace's exchanges declared."""
+
+    broker: Broker
+    topology: Topology
+    queues: list[str] = field(default_factory=list)
+
+    def queue(self, name: str) -> str:
+        """A queue name in this test's namespace, deleted after the test."""
+        queue = self.topology.queue("test", name)
+        self.queues.append(queue)
+        return queue
+
+    async def subscribe(
+        self,
+        queue: str,
+        patterns: Sequence[str],
+        consumer: Consumer,
+        *,
+        exchange: str | None = None,
+        prefetch: int = 16,
+    ) -> Subscription:
+        exchange = exchange or self.topology.events
+        return await self.broker.consume(
+            queue,
+            [Binding(exchange, pattern) for pattern in patterns],
+            consumer,
+            prefetch=prefetch,
+            dead_letter_exchange=self.topology.dlx,
+        )
+
+    async def publish(
+        self,
+        routing_key: str,
+        body: bytes = b"{}",
+        *,
+        exchange: str | None = None,
+        correlation_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> None:
+        message = OutgoingMessage(
+            body=body,
+            message_id=uuid.uuid4().hex,
+            correlation_id=correlation_id,
+            reply_to=reply_to,
+        )
+        await self.broker.publish(
+            self.topology.events if exchange is None else exchange, routing_key, message
+        )
+
+    async def dead_letters(self) -> Recorder:
+        recorder = Recorder()
+        # No dead-letter exchange of its own: a dead letter of a dead letter would loop.
+        await self.broker.consume(
+            self.topology.dead_letters, [], recorder, prefetch=16, dead_letter_exchange=""
+        )
+        return recorder
+
+
+@asynccontextmanager
+async def open_rig(kind: str, url: str, namespace: str) -> AsyncIterator[Rig]:
+    topology = Topology(namespace)
+    broker: Broker
+    if kind == "memory":
+        broker = MemoryBroker()
+    else:
+        broker = AmqpBroker(url, connection_name=f"dlscope-test-{namespace}")
+    await broker.connect()
+    await broker.declare_exchanges(
+        [topology.events, topology.jobs],
+        dead_letter_exchange=topology.dlx,
+        dead_letter_queue=topology.dead_letters,
+    )
+    rig = Rig(broker, topology)
+    try:
+        yield rig
+    finally:
+        await broker.close()
+        if kind == "rabbitmq":
+            await remove_namespace(url, topology, rig.queues)
+
+
+async def remove_namespace(url: str, topology: Topology, queues: Sequence[str]) -> None:
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        for queue in (*queues, topology.dead_letters):
+            await channel.queue_delete(queue)
+        for exchange in (topology.events, topology.jobs, topology.dlx):
+            await channel.exchange_delete(exchange)
+
+
+@pytest.fixture(params=ADAPTERS)
+async def rig(
+    request: pytest.FixtureRequest, namespace: str, rabbitmq_url: str
+) -> AsyncIterator[Rig]:
+    async with open_rig(request.param, rabbitmq_url, namespace) as opened:
+        yield opened
+
+
+# Routing
+
+
+TOPIC_CASES = [
+    # pattern, keys published in order (the last one matches), keys that must arrive
+    ("a.#", ["b.a", "ab", "a", "a.b", "a.b.c.d"], ["a", "a.b", "a.b.c.d"]),
+    ("#.c", ["c.a", "a.b.d", "c", "a.b.c"], ["c", "a.b.c"]),
+    ("a.*", ["a", "a.b.c", "b.a", "a.b"], ["a.b"]),
+    ("*.b.*", ["a.b", "b.b", "a.b.c.d", "x.b.y"], ["x.b.y"]),
+    ("a.b", ["a.b.c", "a", "a.c", "b.a.b", "a.b"], ["a.b"]),
+    ("#", ["", "a", "a.b.c"], ["", "a", "a.b.c"]),
+    ("*", ["", "a.b", "a"], ["a"]),
+]
+
+
+@pytest.mark.parametrize(("pattern", "published", "expected"), TOPIC_CASES)
+async def test_topic_pattern_routes_exactly_the_matching_keys(
+    rig: Rig, pattern: str, published: list[str], expected: list[str]
+) -> None:
+    recorder = Recorder()
+    await rig.subscribe(rig.queue("topic"), [pattern], recorder)
+    for key in published:
+        await rig.publish(key)
+
+    await recorder.take(len(expected))
+
+    # Order is kept within a queue, so anything unwanted would have arrived before the last.
+    assert [d.routing_key for d in recorder.deliveries] == expected
+
+
+async def test_one_message_reaches_every_bound_queue_once(rig: Rig) -> None:
+    wide, narrow = Recorder(), Recorder()
+    await rig.subscribe(rig.queue("wide"), ["job.#", "job.cpu"], wide)
+    await rig.subscribe(rig.queue("narrow"), ["job.cpu"], narrow)
+
+    await rig.publish("job.cpu", b"one")
+    await rig.publish("job.end", b"end")
+
+    assert [d.body for d in await wide.take(2)] == [b"one", b"end"]
+    assert [d.body for d in await narrow.take(1)] == [b"one"]
+
+
+async def test_a_message_no_queue_is_bound_for_is_dropped_without_error(rig: Rig) -> None:
+    recorder = Recorder()
+    await rig.subscribe(rig.queue("cpu"), ["job.cpu"], recorder)
+
+    absent = rig.topology.queue("test", "absent")
+
+    await rig.publish("job.fpga", b"no binding matches")
+    await rig.publish(absent, b"no such queue", exchange="")
+    await rig.publish("job.cpu", b"listened to")
+
+    assert [d.body for d in await recorder.take(1)] == [b"listened to"]
+    assert await rig.broker.queue_depth(absent) == 0
+
+
+async def test_default_exchange_routes_by_queue_name_and_keeps_message_metadata(rig: Rig) -> None:
+    queue = rig.queue("direct")
+    recorder = Recorder()
+    await rig.broker.consume(queue, [], recorder, prefetch=1, dead_letter_exchange=rig.topology.dlx)
+
+    await rig.broker.publish(
+        "",
+        queue,
+        OutgoingMessage(
+            body=b'{"x": 1}',
+            message_id="m-1",
+            headers={"traceparent": "00-abc", "x-custom": "yes"},
+            correlation_id="c-1",
+            reply_to="somewhere",
+        ),
+    )
+
+    delivery = await recorder.next()
+    assert (delivery.exchange, delivery.routing_key) == ("", queue)
+    assert delivery.body == b'{"x": 1}'
+    assert (delivery.message_id, delivery.correlation_id) == ("m-1", "c-1")
+    assert delivery.reply_to == "somewhere"
+    assert delivery.headers["x-custom"] == "yes"
+    assert delivery.attempt == 1
+
+
+async def test_message_published_before_anyone_consumes_waits_in_the_queue(rig: Rig) -> None:
+    queue = rig.queue("waiting")
+    first = await rig.subscribe(queue, ["job.#"], Recorder())
+    await first.cancel()
+
+    await rig.publish("job.a", b"1")
+    await rig.publish("job.b", b"2")
+    assert await rig.broker.queue_depth(queue) == 2
+
+    recorder = Recorder()
+    await rig.subscribe(queue, ["job.#"], recorder)
+    assert [d.body for d in await recorder.take(2)] == [b"1", b"2"]
+    assert await rig.broker.queue_depth(rig.topology.queue("test", "never-declared")) == 0
+
+
+async def test_publishing_to_an_undeclared_exchange_fails_and_the_broker_stays_usable(
+    rig: Rig,
+) -> None:
+    missing = f"{rig.topology.namespace}.nowhere"
+    with pytest.raises(ConfigurationError, match="nowhere"):
+        await rig.publish("job.cpu", exchange=missing)
+    with pytest.raises(ConfigurationError, match="nowhere"):
+        await rig.subscribe(rig.queue("orphan"), ["#"], Recorder(), exchange=missing)
+
+    recorder = Recorder()
+    await rig.subscribe(rig.queue("after"), ["job.#"], recorder)
+    await rig.publish("job.cpu", b"still works")
+    assert (await recorder.next()).body == b"still works"
+
+
+# Settling
+
+
+async def test_retry_requeues_at_the_tail_with_the_next_attempt_and_original_key(rig: Rig) -> None:
+    seen: list[Delivery] = []
+    arrived: asyncio.Queue[Delivery] = asyncio.Queue()
+
+    async def retry_first_once(delivery: Delivery) -> Verdict:
+        seen.append(delivery)
+        arrived.put_nowait(delivery)
+        if delivery.body == b"first" and delivery.attempt == 1:
+            return Verdict(Outcome.RETRY, "not yet")
+        return ACK
+
+    queue = rig.queue("retry")
+    await (await rig.subscribe(queue, ["job.#"], Recorder())).cancel()  # declares the queue
+    await rig.publish("job.cpu", b"first", correlation_id="c-1")
+    await rig.publish("job.gpu", b"second")
+    await rig.subscribe(queue, ["job.#"], retry_first_once, prefetch=1)
+    for _ in range(3):
+        await asyncio.wait_for(arrived.get(), WAIT)
+
+    assert [(d.body, d.attempt) for d in seen] == [(b"first", 1), (b"second", 1), (b"first", 2)]
+    original, retried = seen[0], seen[2]
+    assert (retried.exchange, retried.routing_key) == (rig.topology.events, "job.cpu")
+    assert retried.message_id == original.message_id
+    assert retried.correlation_id == "c-1"
+
+
+async def test_a_consumer_that_raises_gets_the_message_again(rig: Rig) -> None:
+    attempts: asyncio.Queue[int] = asyncio.Queue()
+
+    async def crash_once(delivery: Delivery) -> Verdict:
+        attempts.put_nowait(delivery.attempt)
+        if delivery.attempt == 1:
+            raise RuntimeError("consumer bug")
+        return ACK
+
+    await rig.subscribe(rig.queue("crash"), ["job.#"], crash_once)
+    await rig.publish("job.cpu")
+
+    assert [await asyncio.wait_for(attempts.get(), WAIT) for _ in range(2)] == [1, 2]
+
+
+async def test_dead_letter_keeps_the_routing_key_and_records_the_reason(rig: Rig) -> None:
+    dead = await rig.dead_letters()
+
+    async def reject(delivery: Delivery) -> Verdict:
+        return Verdict(Outcome.DEAD_LETTER, "poison pill")
+
+    await rig.subscribe(rig.queue("poison"), ["job.#"], reject)
+    await rig.publish("job.cpu.agent-1", b"bad", correlation_id="c-9")
+
+    letter = await dead.next()
+    assert letter.body == b"bad"
+    assert (letter.exchange, letter.routing_key) == (rig.topology.dlx, "job.cpu.agent-1")
+    assert letter.headers[REASON_HEADER] == "poison pill"
+    assert letter.correlation_id == "c-9"
+
+
+async def test_prefetch_bounds_the_deliveries_being_handled_at_once(rig: Rig) -> None:
+    queue = rig.queue("prefetch")
+    release = asyncio.Event()
+    started: asyncio.Queue[Delivery] = asyncio.Queue()
+    finished: asyncio.Queue[Delivery] = asyncio.Queue()
+    in_flight = peak = 0
+
+    async def slow(delivery: Delivery) -> Verdict:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        started.put_nowait(delivery)
+        await release.wait()
+        in_flight -= 1
+        finished.put_nowait(delivery)
+        return ACK
+
+    await rig.subscribe(queue, ["job.#"], slow, prefetch=2)
+    for n in range(6):
+        await rig.publish("job.cpu", str(n).encode())
+    first_two = [await asyncio.wait_for(started.get(), WAIT) for _ in range(2)]
+
+    # Both are handled concurrently, and the other four wait in the queue, not in the client.
+    assert [d.body for d in first_two] == [b"0", b"1"]
+    assert await rig.broker.queue_depth(queue) == 4
+
+    release.set()
+    done = [await asyncio.wait_for(finished.get(), WAIT) for _ in range(6)]
+    assert sorted(d.body for d in done) == [str(n).encode() for n in range(6)]
+    assert peak == 2
+
+
+async def test_cancelled_subscription_hands_its_unsettled_message_to_the_next_consumer(
+    rig: Rig,
+) -> None:
+    queue = rig.queue("handover")
+    got_it = asyncio.Event()
+
+    async def never_settles(delivery: Delivery) -> Verdict:
+        got_it.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    first = await rig.subscribe(queue, ["job.#"], never_settles)
+    await rig.publish("job.cpu", b"precious")
+    await asyncio.wait_for(got_it.wait(), WAIT)
+    await first.cancel()
+
+    recorder = Recorder()
+    await rig.subscribe(queue, ["job.#"], recorder)
+    delivery = await recorder.next()
+    assert (delivery.body, delivery.routing_key) == (b"precious", "job.cpu")
+
+
+async def test_request_reply_through_a_reply_queue(rig: Rig) -> None:
+    replies = Recorder()
+    reply_queue = await rig.broker.declare_reply_queue(replies)
+
+    async def answer(delivery: Delivery) -> Verdict:
+        assert delivery.reply_to is not None
+        await rig.broker.publish(
+            "",
+            delivery.reply_to,
+            OutgoingMessage(
+                body=b"pong:" + delivery.body,
+                message_id=uuid.uuid4().hex,
+                correlation_id=delivery.correlation_id,
+            ),
+        )
+        return ACK
+
+    await rig.subscribe(rig.queue("rpc"), ["rpc.svc.ping"], answer, exchange=rig.topology.jobs)
+    await rig.publish(
+        "rpc.svc.ping",
+        b"ping",
+        exchange=rig.topology.jobs,
+        correlation_id="r-1",
+        reply_to=reply_queue,
+    )
+
+    reply = await replies.next()
+    assert (reply.body, reply.correlation_id) == (b"pong:ping", "r-1")
+
+
+# The bus on top of each adapter
+
+
+class SpanSink(SpanProcessor):
+    """Keeps ended spans and lets a test wait for them."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+        self._ended: asyncio.Queue[ReadableSpan] = asyncio.Queue()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+        self._ended.put_nowait(span)
+
+    async def wait_for(self, count: int, kind: SpanKind) -> list[ReadableSpan]:
+        async with asyncio.timeout(WAIT):
+            while len(found := [s for s in self.spans if s.kind is kind]) < count:
+                await self._ended.get()
+        return found
+
+
+@pytest.fixture
+def spans() -> SpanSink:
+    return SpanSink()
+
+
+@pytest.fixture
+async def bus_for(rig: Rig, spans: SpanSink) -> AsyncIterator[Callable[[str], Bus]]:
+    telemetry = Telemetry.create(Settings(), "test", extra_processor=spans)
+    started: list[Bus] = []
+
+    def make(service: str) -> Bus:
+        bus = Bus(
+            rig.broker, topology=rig.topology, telemetry=telemetry, service=service, max_attempts=3
+        )
+        started.append(bus)
+        return bus
+
+    yield make
+    for bus in started:
+        await bus.stop()
+    telemetry.shutdown()
+
+
+def envelope(type_: str, **payload: object) -> Envelope:
+    return Envelope(type=type_, stream_id="test-1", correlation_id=uuid.uuid4(), payload=payload)
+
+
+async def test_bus_dead_letters_unreadable_messages_and_goes_on(
+    rig: Rig, bus_for: Callable[[str], Bus]
+) -> None:
+    bus = bus_for("consumer")
+    await bus.start()
+    dead = await rig.dead_letters()
+    handled: asyncio.Queue[Envelope] = asyncio.Queue()
+
+    async def handler(message: Envelope) -> None:
+        handled.put_nowait(message)
+
+    await bus.subscribe(rig.queue("bus"), [Binding(rig.topology.events, "test.#")], handler)
+    await rig.publish("test.garbage", b"not json at all")
+    await rig.publish("test.incomplete", b'{"type": "test.incomplete"}')
+    good = await bus.publish(envelope("test.good", n=1))
+
+    assert (await asyncio.wait_for(handled.get(), WAIT)).event_id == good.event_id
+    letters = await dead.take(2)
+    assert [d.routing_key for d in letters] == ["test.garbage", "test.incomplete"]
+    assert "not JSON" in str(letters[0].headers[REASON_HEADER])
+    assert "InvalidMessage" in str(letters[1].headers[REASON_HEADER])
+    assert handled.empty()
+
+
+async def test_bus_retries_a_transient_failure_until_it_succeeds(
+    rig: Rig, bus_for: Callable[[str], Bus], spans: SpanSink
+) -> None:
+    bus = bus_for("consumer")
+    await bus.start()
+    calls = 0
+
+    async def flaky(message: Envelope) -> None:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise TransientError("database hiccup")
+
+    await bus.subscribe(rig.queue("bus"), [Binding(rig.topology.events, "test.#")], flaky)
+    await bus.publish(envelope("test.flaky"))
+
+    processed = await spans.wait_for(3, SpanKind.CONSUMER)
+    attempts = [
+        s.attributes["messaging.rabbitmq.delivery_attempt"] for s in processed if s.attributes
+    ]
+    assert attempts == [1, 2, 3]
+    assert [s.status.is_ok for s in processed] == [False, False, True]
+
+
+async def test_bus_dead_letters_after_exactly_max_attempts(
+    rig: Rig, bus_for: Callable[[str], Bus]
+) -> None:
+    bus = bus_for("consumer")
+    await bus.start()
+    dead = await rig.dead_letters()
+    calls = 0
+
+    async def broken(message: Envelope) -> None:
+        nonlocal calls
+        calls += 1
+        raise TransientError("still down")
+
+    await bus.subscribe(rig.queue("bus"), [Binding(rig.topology.events, "test.#")], broken)
+    await bus.publish(envelope("test.doomed"))
+
+    letter = await dead.next()
+    assert letter.routing_key == "test.doomed"
+    assert "failed 3 times" in str(letter.headers[REASON_HEADER])
+    assert calls == 3
+
+
+async def test_bus_dead_letters_an_invalid_message_at_once(
+    rig: Rig, bus_for: Callable[[str], Bus]
+) -> None:
+    bus = bus_for("consumer")
+    await bus.start()
+    dead = await rig.dead_letters()
+    calls = 0
+
+    async def strict(message: Envelope) -> None:
+        nonlocal calls
+        calls += 1
+        raise InvalidMessage("field 'model' is missing")
+
+    await bus.subscribe(rig.queue("bus"), [Binding(rig.topology.events, "test.#")], strict)
+    await bus.publish(envelope("test.invalid"))
+
+    letter = await dead.next()
+    assert "field 'model' is missing" in str(letter.headers[REASON_HEADER])
+    assert calls == 1
+
+
+async def test_bus_request_gets_the_handlers_reply(rig: Rig, bus_for: Callable[[str], Bus]) -> None:
+    server, client = bus_for("server"), bus_for("client")
+    await server.start()
+    await client.start()
+
+    async def echo(request: Envelope) -> Envelope:
+        return Envelope(
+            type="test.pong",
+            stream_id=request.stream_id,
+            correlation_id=request.correlation_id,
+            causation_id=request.event_id,
+            payload={"echo": request.payload["n"]},
+        )
+
+    await server.subscribe(rig.queue("rpc"), [Binding(rig.topology.jobs, "rpc.test.ping")], echo)
+    request = envelope("test.ping", n=42)
+    reply = await client.request("rpc.test.ping", request, timeout=WAIT)
+
+    assert reply.payload == {"echo": 42}
+    assert reply.causation_id == request.event_id
+
+
+async def test_bus_consumer_continues_the_publishers_trace(
+    rig: Rig, bus_for: Callable[[str], Bus], spans: SpanSink
+) -> None:
+    producer, consumer = bus_for("producer"), bus_for("consumer")
+    await producer.start()
+    await consumer.start()
+    seen: asyncio.Queue[int] = asyncio.Queue()
+
+    async def handler(message: Envelope) -> None:
+        seen.put_nowait(trace.get_current_span().get_span_context().trace_id)
+
+    await consumer.subscribe(rig.queue("traced"), [Binding(rig.topology.events, "test.#")], handler)
+    await producer.publish(envelope("test.traced"))
+
+    handler_trace = await asyncio.wait_for(seen.get(), WAIT)
+    [published] = await spans.wait_for(1, SpanKind.PRODUCER)
+    [processed] = await spans.wait_for(1, SpanKind.CONSUMER)
+    assert published.context is not None
+    assert processed.context is not None
+    assert handler_trace == processed.context.trace_id == published.context.trace_id
+    assert processed.parent is not None
+    assert processed.parent.span_id == published.context.span_id
+
+
+# RabbitMQ only
+
+
+async def test_rabbitmq_unreachable_broker_is_reported_as_unavailable() -> None:
+    broker = AmqpBroker("amqp://guest:secret@127.0.0.1:1/", timeout=5)
+    with pytest.raises(BrokerUnavailable, match=r"127\.0\.0\.1") as raised:
+        await broker.connect()
+    assert "secret" not in str(raised.value)
+    assert not broker.is_connected
+
+
+async def rabbitmqctl(*args: str) -> str:
+    process = await asyncio.create_subprocess_exec(
+        "rabbitmqctl", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def connection_pid(name: str) -> str:
+    """The Erlang pid of the connection whose client-provided name is ``name``."""
+    listing = await rabbitmqctl(
+        "list_connections", "-q", "--no-table-headers", "pid", "client_properties"
+    )
+    [pid] = [
+        line.split("\t", 1)[0]
+        for line in listing.splitlines()
+        if f'{{"connection_name","{name}"}}' in line
+    ]
+    return pid
+
+
+@pytest.mark.rabbitmq
+async def test_rabbitmq_connection_recovers_after_the_broker_drops_it(
+    namespace: str, rabbitmq_url: str
+) -> None:
+    async with open_rig("rabbitmq", rabbitmq_url, namespace) as rig:
+        assert isinstance(rig.broker, AmqpBroker)
+        before = Recorder()
+        await rig.subscribe(rig.queue("survivor"), ["job.#"], before)
+        await rig.publish("job.before", b"before")
+        assert (await before.next()).body == b"before"
+        old_pid = await connection_pid(rig.broker.connection_name)
+
+        await rabbitmqctl("close_connection", old_pid, "contract test: simulated outage")
+
+        # A publish may fail while the client notices the loss; retry until one is confirmed.
+        async with asyncio.timeout(WAIT):
+            while True:
+                try:
+                    await rig.publish("job.after", b"after")
+                    break
+                except BrokerUnavailable:
+                    await asyncio.sleep(0.05)
+        assert rig.broker.is_connected
+        assert await connection_pid(rig.broker.connection_name) != old_pid
+
+        # The subscription made before the outage was restored, and new ones work.
+        assert (await before.next()).body == b"after"
+        fresh = Recorder()
+        await rig.subscribe(rig.queue("fresh"), ["job.#"], fresh)
+        await rig.publish("job.fresh", b"fresh")
+        assert (await fresh.next()).body == b"fresh"
+
+
+@pytest.mark.rabbitmq
+async def test_rabbitmq_publishing_survives_an_exchange_deleted_behind_its_back(
+    namespace: str, rabbitmq_url: str
+) -> None:
+    async with open_rig("rabbitmq", rabbitmq_url, namespace) as rig:
+        await rig.publish("job.cpu")  # the exchange is now known to exist
+        connection = await aio_pika.connect(rabbitmq_url)
+        async with connection:
+            await (await connection.channel()).exchange_delete(rig.topology.jobs)
+
+        # The publish channel dies with a 404; the adapter reports it and opens a new one.
+        with pytest.raises(ConfigurationError, match=rig.topology.jobs):
+            await rig.publish("job.cpu", exchange=rig.topology.jobs)
+        await rig.broker.declare_exchanges(
+            [rig.topology.events, rig.topology.jobs],
+            dead_letter_exchange=rig.topology.dlx,
+            dead_letter_queue=rig.topology.dead_letters,
+        )
+        recorder = Recorder()
+        await rig.subscribe(rig.queue("jobs"), ["job.#"], recorder, exchange=rig.topology.jobs)
+        await rig.publish("job.cpu", b"again", exchange=rig.topology.jobs)
+        assert (await recorder.next()).body == b"again"
+
+
+@pytest.mark.rabbitmq
+async def test_rabbitmq_messages_are_persistent(namespace: str, rabbitmq_url: str) -> None:
+    async with open_rig("rabbitmq", rabbitmq_url, namespace) as rig:
+        queue = rig.queue("persistent")
+        await (await rig.subscribe(queue, ["job.#"], Recorder())).cancel()
+        await rig.publish("job.cpu", b"keep me")
+
+        connection = await aio_pika.connect(rabbitmq_url)
+        async with connection:
+            channel = await connection.channel()
+            message = await (await channel.get_queue(queue)).get(no_ack=True)
+        assert message.body == b"keep me"
+        assert message.delivery_mode == aio_pika.DeliveryMode.PERSISTENT
+
+
+@pytest.mark.rabbitmq
+async def test_rabbitmq_a_message_that_cannot_be_settled_is_not_lost(
+    namespace: str, rabbitmq_url: str
+) -> None:
+    async with open_rig("rabbitmq", rabbitmq_url, namespace) as rig:
+        deliveries: asyncio.Queue[Delivery] = asyncio.Queue()
+        repaired = asyncio.Event()
+
+        calls = 0
+
+        async def reject(delivery: Delivery) -> Verdict:
+            nonlocal calls
+            calls += 1
+            deliveries.put_nowait(delivery)
+            if calls > 1:
+                await repaired.wait()
+            return Verdict(Outcome.DEAD_LETTER, "poison pill")
+
+        queue = rig.queue("unsettled")
+        await (await rig.subscribe(queue, ["job.#"], Recorder())).cancel()  # declares it
+        await rig.publish("job.cpu", b"keep me")
+        connection = await aio_pika.connect(rabbitmq_url)
+        async with connection:
+            await (await connection.channel()).exchange_delete(rig.topology.dlx)
+        await rig.subscribe(queue, ["job.#"], reject)
+
+        # Dead-lettering fails while the dead-letter exchange is gone: the message comes back.
+        for _ in range(2):
+            assert (await asyncio.wait_for(deliveries.get(), WAIT)).body == b"keep me"
+        await rig.broker.declare_exchanges(
+            [rig.topology.events, rig.topology.jobs],
+            dead_letter_exchange=rig.topology.dlx,
+            dead_letter_queue=rig.topology.dead_letters,
+        )
+        repaired.set()
+        letter = await (await rig.dead_letters()).next()
+        assert (letter.body, letter.headers[REASON_HEADER]) == (b"keep me", "poison pill")

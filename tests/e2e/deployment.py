@@ -1,0 +1,141 @@
+"""dlscope deployed as separate OS processes, the way an operator runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from shared.config import REPOSITORY_ROOT
+
+__all__ = ["Deployment", "eventually", "fresh_database"]
+
+SERVICES = ["recorder", "registry", "analyzer", "scheduler", "workers", "gateway"]
+
+
+async def eventually(probe: Callable[[], Awaitable[Any]], *, timeout: float = 60.0) -> Any:
+    """Poll state in another process until ``probe`` returns something truthy."""
+    async with asyncio.timeout(timeout):
+        while not (value := await probe()):
+            await asyncio.sleep(0.1)
+        return value
+
+
+async def fresh_database(admin_dsn: str) -> tuple[str, Callable[[], Awaitable[None]]]:
+    """A new Postgres database: its SQLAlchemy URL, and a function that drops it."""
+    name = f"dlscope_e2e_{uuid.uuid4().hex[:10]}"
+    connection = await asyncpg.connect(admin_dsn)
+    try:
+        await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()
+
+    async def drop() -> None:
+        connection = await asyncpg.connect(admin_dsn)
+        try:
+            await connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await connection.close()
+
+    base = admin_dsn.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
+    return f"{base}/{name}", drop
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Deployment:
+    broker_url: str
+    database_url: str
+    namespace: str
+    workdir: Path
+    port: int = field(default_factory=free_port)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "DLSCOPE_BROKER_URL": self.broker_url,
+            "DLSCOPE_DATABASE_URL": self.database_url,
+            "DLSCOPE_NAMESPACE": self.namespace,
+            "DLSCOPE_HOME": str(self.workdir / "home"),
+            "DLSCOPE_HEARTBEAT_INTERVAL_S": "1",
+        }
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def migrate(self) -> None:
+        subprocess.run(
+            [sys.executable, "-m", "dlscope", "db", "upgrade"],
+            env=self.environment,
+            check=True,
+            cwd=REPOSITORY_ROOT,
+            capture_output=True,
+        )
+
+    def start(self, service: str) -> None:
+        arguments = {
+            "gateway": ["--port", str(self.port)],
+            "workers": ["--framework", "onnxruntime"],
+        }
+        # The child keeps its own descriptor of the log; ours is closed at once.
+        with (self.workdir / f"{service}.log").open("ab") as log:
+            self.processes[service] = subprocess.Popen(
+                [sys.executable, "-m", f"services.{service}", *arguments.get(service, [])],
+                env=self.environment,
+                cwd=REPOSITORY_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def kill(self, service: str) -> None:
+        """SIGKILL: no clean shutdown, as when a host dies."""
+        process = self.processes.pop(service)
+        process.kill()
+        process.wait(timeout=30)
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            process.send_signal(signal.SIGTERM)
+        for name, process in self.processes.items():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise AssertionError(f"{name} did not stop on SIGTERM") from None
+        self.processes.clear()
+
+    def log(self, service: str) -> str:
+        return (self.workdir / f"{service}.log").read_text(errors="replace")
+
+    async def ready(self, http: httpx.AsyncClient) -> None:
+        async def up() -> bool:
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise AssertionError(f"{name} exited early:\n{self.log(name)}")
+            try:
+                ready = (await http.get("/readyz")).status_code == 200
+                agents = (await http.get("/v1/agents")).json() if ready else []
+            except httpx.TransportError:
+                return False
+            return any(a["status"] == "online" for a in agents)
+
+        await eventually(up)

@@ -1,0 +1,94 @@
+"""The ``dlscope`` command as a user types it, on the embedded default."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared.config import REPOSITORY_ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+def dlscope(home: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
+    environment.update(DLSCOPE_HOME=str(home), COLUMNS="120")
+    return subprocess.run(
+        [sys.executable, "-m", "dlscope", *arguments],
+        env=environment,
+        cwd=REPOSITORY_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_run_evaluates_the_built_in_model_and_writes_the_full_result(tmp_path: Path) -> None:
+    result = dlscope(
+        tmp_path, "run", "squeezenet", "--iterations", "40", "--json", str(tmp_path / "result.json")
+    )
+    assert result.returncode == 0, result.stderr
+    shown = " ".join(result.stdout.split())  # the table title may wrap
+    assert "squeezenet 1.0.0 on onnxruntime (cpu)" in shown
+    assert "p90 (ms)" in shown
+
+    document = json.loads((tmp_path / "result.json").read_text())
+    evaluation = document["evaluation"]
+    assert evaluation["status"] == "completed"
+    assert evaluation["result"]["count"] == 40
+    assert [e["type"] for e in document["events"]] == [
+        "evaluation.requested",
+        "evaluation.scheduled",
+        "evaluation.started",
+        "evaluation.measured",
+        "evaluation.completed",
+    ]
+    assert {e["trace_id"] for e in document["events"]} == {document["trace_id"]}
+    started = document["events"][2]["payload"]["environment"]
+    assert started["framework_version"] == "1.31.1"
+    assert (tmp_path / "dlscope.db").exists()  # the embedded event store, under DLSCOPE_HOME
+
+
+def test_run_of_an_unknown_model_fails_naming_it(tmp_path: Path) -> None:
+    result = dlscope(tmp_path, "run", "resnet9000")
+    assert result.returncode == 1
+    assert "unknown model 'resnet9000'; registered models: squeezenet" in result.stderr
+
+
+def test_run_on_an_unknown_framework_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    result = dlscope(tmp_path, "run", "squeezenet", "--framework", "caffe")
+    assert result.returncode == 2
+    assert "unknown framework 'caffe'; choose one of: onnxruntime" in result.stderr
+    assert not (tmp_path / "dlscope.db").exists()
+
+
+def test_run_with_a_batch_the_model_cannot_take_fails_with_the_reason(tmp_path: Path) -> None:
+    result = dlscope(tmp_path, "run", "squeezenet", "--batch-size", "4")
+    assert result.returncode == 1
+    assert "takes batches of 1 only" in result.stderr
+
+
+def test_projections_rebuild_from_the_stored_events(tmp_path: Path) -> None:
+    assert dlscope(tmp_path, "run", "squeezenet", "--iterations", "5").returncode == 0
+    result = dlscope(tmp_path, "db", "rebuild-projections")
+    assert result.returncode == 0, result.stderr
+    # requested, scheduled, started, measured, completed + the worker's and scheduler's own
+    assert "projections rebuilt from" in result.stdout
+
+
+def test_models_lists_the_built_in_zoo(tmp_path: Path) -> None:
+    result = dlscope(tmp_path, "models")
+    assert result.returncode == 0
+    assert "squeezenet" in result.stdout
+    assert "1.0.0" in result.stdout
+
+
+def test_db_upgrade_reports_the_revision(tmp_path: Path) -> None:
+    result = dlscope(tmp_path, "db", "upgrade")
+    assert result.returncode == 0, result.stderr
+    assert "event store at revision 0001" in result.stdout

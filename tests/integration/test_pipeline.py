@@ -1,0 +1,251 @@
+"""Every service, in this process, on the real RabbitMQ and PostgreSQL: an evaluation submitted
+over HTTP is scheduled, run, analysed and recorded, as one trace."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import httpx
+import pytest
+import yaml
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from dlscope.embedded import all_services
+from shared.config import REPOSITORY_ROOT, Settings
+from shared.eventstore import EventStore
+from shared.messaging import create_broker
+from shared.runtime import Runtime, running
+from shared.telemetry import Telemetry
+from tests.rabbitmq import purge_namespace
+
+pytestmark = [pytest.mark.rabbitmq, pytest.mark.postgres]
+
+TERMINAL = {"completed", "failed"}
+LIFECYCLE = [
+    "evaluation.requested",
+    "evaluation.scheduled",
+    "evaluation.started",
+    "evaluation.measured",
+    "evaluation.completed",
+]
+
+
+@dataclass
+class Stack:
+    http: httpx.AsyncClient
+    spans: InMemorySpanExporter
+    settings: Settings
+
+
+async def eventually(probe: Callable[[], Awaitable[Any]], *, timeout: float = 30.0) -> Any:
+    """Poll a remote read model until ``probe`` returns something truthy."""
+    async with asyncio.timeout(timeout):
+        while not (value := await probe()):
+            await asyncio.sleep(0.05)
+        return value
+
+
+async def outcome(http: httpx.AsyncClient, evaluation_id: str) -> dict[str, Any]:
+    async def terminal() -> dict[str, Any] | None:
+        response = await http.get(f"/v1/evaluations/{evaluation_id}")
+        body: dict[str, Any] = response.json()
+        return body if response.status_code == 200 and body["status"] in TERMINAL else None
+
+    result: dict[str, Any] = await eventually(terminal)
+    return result
+
+
+def manifests_with_wrong_checksum(tmp_path: Path) -> Path:
+    """The built-in manifests plus one whose sha256 does not match its file."""
+    directory = tmp_path / "manifests"
+    shutil.copytree(REPOSITORY_ROOT / "manifests", directory)
+    data = yaml.safe_load((directory / "models" / "squeezenet.yaml").read_text())
+    data.update(name="tampered", source={**data["source"], "sha256": "0" * 64})
+    (directory / "models" / "tampered.yaml").write_text(yaml.safe_dump(data))
+    return directory
+
+
+@pytest.fixture
+async def stack(
+    namespace: str, postgres_url: str, rabbitmq_url: str, tmp_path: Path
+) -> AsyncIterator[Stack]:
+    settings = Settings(
+        broker_url=rabbitmq_url,
+        database_url=postgres_url,
+        namespace=namespace,
+        home=tmp_path / "home",
+        manifests_dir=manifests_with_wrong_checksum(tmp_path),
+    )
+    spans = InMemorySpanExporter()
+    runtime = Runtime(
+        settings,
+        Telemetry.create(settings, "test", extra_processor=SimpleSpanProcessor(spans)),
+        create_broker(settings.broker_url),
+    )
+    services = all_services(runtime, [("onnxruntime", "cpu")], gateway=("127.0.0.1", 0))
+    try:
+        async with running(services):
+            gateway = services[-1]
+            base_url = f"http://127.0.0.1:{gateway.port}"  # type: ignore[attr-defined]
+            async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+                await eventually(lambda: _has_online_agent(http))
+                yield Stack(http, spans, settings)
+    finally:
+        await runtime.close()
+        await purge_namespace(rabbitmq_url, namespace)
+
+
+async def _has_online_agent(http: httpx.AsyncClient) -> bool:
+    agents = (await http.get("/v1/agents")).json()
+    return any(a["status"] == "online" for a in agents)
+
+
+async def submit(http: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    payload = {"model": "squeezenet", "framework": "onnxruntime", "scenario": {"iterations": 20}}
+    response = await http.post("/v1/evaluations", json={**payload, **body})
+    assert response.status_code == 202, response.text
+    accepted: dict[str, Any] = response.json()
+    return accepted
+
+
+async def test_an_evaluation_runs_through_every_service_as_one_trace(stack: Stack) -> None:
+    accepted = await submit(stack.http)
+    assert accepted["trace_url"] == f"http://localhost:16686/trace/{accepted['trace_id']}"
+    assert accepted["status_url"].endswith(f"/v1/evaluations/{accepted['id']}")
+
+    evaluation = await outcome(stack.http, accepted["id"])
+    assert evaluation["status"] == "completed", evaluation["error"]
+    result = evaluation["result"]
+    assert result["count"] == 20
+    assert 0 < result["min_ms"] <= result["p50_ms"] <= result["p90_ms"] <= result["max_ms"]
+    assert evaluation["model_version"] == "1.0.0"  # the constraint '*' resolved
+
+    events = (await stack.http.get(f"/v1/evaluations/{accepted['id']}/events")).json()
+    assert [e["type"] for e in events] == LIFECYCLE
+    assert [e["version"] for e in events] == [1, 2, 3, 4, 5]
+    assert {e["trace_id"] for e in events} == {accepted["trace_id"]}
+    measured = events[3]["payload"]
+    assert len(measured["latencies_ns"]) == 20  # raw latencies are kept
+
+    # Every service took part in that one trace.
+    services = {
+        span.attributes.get("dlscope.service")
+        for span in stack.spans.get_finished_spans()
+        if format(span.context.trace_id, "032x") == accepted["trace_id"] and span.attributes
+    }
+    assert {"gateway", "scheduler", "registry", "worker", "analyzer", "recorder"} <= services
+
+
+async def test_an_evaluation_without_a_matching_worker_fails_with_what_exists(stack: Stack) -> None:
+    accepted = await submit(stack.http, hardware="gpu")
+    evaluation = await outcome(stack.http, accepted["id"])
+    assert evaluation["status"] == "failed"
+    assert evaluation["error"].startswith(
+        "scheduling: no online worker offers onnxruntime * on gpu"
+    )
+    assert "(onnxruntime 1.31.1 on cpu)" in evaluation["error"]
+
+
+async def test_a_model_whose_checksum_does_not_match_fails_and_the_worker_carries_on(
+    stack: Stack,
+) -> None:
+    tampered = await outcome(stack.http, (await submit(stack.http, model="tampered"))["id"])
+    assert tampered["status"] == "failed"
+    assert tampered["error"].startswith("artifact: ")
+    assert "sha256 mismatch, expected 0000" in tampered["error"]
+
+    after = await outcome(stack.http, (await submit(stack.http))["id"])
+    assert after["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"model": "no-such-model", "framework": "onnxruntime"}, "model"),
+        ({"model": "squeezenet", "version": ">=7", "framework": "onnxruntime"}, "version"),
+        ({"model": "squeezenet", "framework": "caffe"}, "framework"),
+        ({"model": "squeezenet"}, "framework"),
+        ({"model": "squeezenet", "framework": "onnxruntime", "colour": "red"}, "colour"),
+        (
+            {"model": "squeezenet", "framework": "onnxruntime", "scenario": {"iterations": 0}},
+            "scenario",
+        ),
+    ],
+)
+async def test_a_bad_request_is_refused_naming_the_field(
+    stack: Stack, body: dict[str, Any], field: str
+) -> None:
+    response = await stack.http.post("/v1/evaluations", json=body)
+    assert response.status_code == 422
+    assert field in response.json()["detail"][0]["loc"]
+    assert (await stack.http.get("/v1/evaluations")).json() == []  # nothing half-started
+
+
+async def test_a_body_that_is_not_json_is_refused(stack: Stack) -> None:
+    response = await stack.http.post(
+        "/v1/evaluations", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+
+
+async def test_a_poison_message_is_dead_lettered_and_the_services_keep_working(
+    stack: Stack, rabbitmq_url: str
+) -> None:
+    connection = await aio_pika.connect(rabbitmq_url)
+    async with connection:
+        channel = await connection.channel()
+        events = await channel.get_exchange(f"{stack.settings.namespace}.events")
+        await events.publish(
+            aio_pika.Message(b'{"type": "evaluation.requested", "payload": "garbage"}'),
+            routing_key="evaluation.requested",
+        )
+        dead_letters = await channel.get_queue(f"{stack.settings.namespace}.dead-letters")
+
+        async def dead_lettered() -> aio_pika.abc.AbstractIncomingMessage | None:
+            return await dead_letters.get(fail=False, no_ack=True)
+
+        # Both consumers of evaluation.requested (scheduler, recorder) reject it.
+        message = await eventually(dead_lettered)
+        assert "invalid envelope" in str(message.headers["x-dlscope-reason"])
+        assert message.routing_key == "evaluation.requested"
+
+    evaluation = await outcome(stack.http, (await submit(stack.http))["id"])
+    assert evaluation["status"] == "completed"
+
+
+async def test_rebuilt_projections_equal_the_live_ones(stack: Stack) -> None:
+    for accepted in [await submit(stack.http), await submit(stack.http, hardware="gpu")]:
+        await outcome(stack.http, accepted["id"])
+    before = (await stack.http.get("/v1/evaluations")).json()
+    agents_before = (await stack.http.get("/v1/agents")).json()
+
+    async with EventStore.from_url(stack.settings.resolved_database_url) as store:
+        replayed = await store.rebuild_projections()
+        assert replayed == await store.count_events()
+
+    assert (await stack.http.get("/v1/evaluations")).json() == before
+    assert (await stack.http.get("/v1/agents")).json() == agents_before
+
+
+async def test_readiness_and_the_openapi_document(stack: Stack) -> None:
+    assert (await stack.http.get("/readyz")).json() == {
+        "ready": True,
+        "checks": {"broker": True, "event_store": True},
+    }
+    paths = (await stack.http.get("/openapi.json")).json()["paths"]
+    assert {"/v1/evaluations", "/v1/evaluations/{evaluation_id}", "/v1/agents"} <= set(paths)
+    models = (await stack.http.get("/v1/models")).json()
+    assert "squeezenet" in {m["name"] for m in models}
+
+
+async def test_an_unknown_evaluation_is_not_found(stack: Stack) -> None:
+    response = await stack.http.get(f"/v1/evaluations/{uuid.uuid4()}")
+    assert response.status_code == 404

@@ -1,0 +1,93 @@
+"""The wire contract: envelopes round-trip, bad messages are refused with the reason, and a
+redelivered message's consequences keep their ids."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from shared.errors import InvalidMessage
+from shared.messages import (
+    Envelope,
+    EvaluationFailed,
+    EvaluationRequested,
+    decode,
+    encode,
+    evaluation_stream,
+    job_key,
+)
+
+
+def requested() -> Envelope:
+    evaluation_id = uuid.uuid4()
+    return Envelope.wrap(
+        EvaluationRequested(
+            evaluation_id=evaluation_id, model="squeezenet", framework="onnxruntime"
+        ),
+        stream_id=evaluation_stream(evaluation_id),
+        correlation_id=evaluation_id,
+    )
+
+
+def test_an_envelope_survives_the_wire_unchanged() -> None:
+    envelope = requested()
+    assert decode(encode(envelope)) == envelope
+    assert decode(encode(envelope)).open(EvaluationRequested).scenario.iterations == 200
+
+
+def test_a_caused_message_continues_the_correlation_and_names_its_cause() -> None:
+    cause = requested()
+    effect = cause.caused(
+        EvaluationFailed(evaluation_id=cause.correlation_id, stage="scheduling", reason="none"),
+        producer="scheduler",
+    )
+    assert (effect.correlation_id, effect.causation_id, effect.stream_id) == (
+        cause.correlation_id,
+        cause.event_id,
+        cause.stream_id,
+    )
+
+
+def test_handling_a_redelivered_message_again_emits_the_same_event_ids() -> None:
+    cause = requested()
+    payload = EvaluationFailed(evaluation_id=cause.correlation_id, stage="scheduling", reason="x")
+    assert (
+        cause.caused(payload, producer="a").event_id == cause.caused(payload, producer="a").event_id
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"not json", "message body is not JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b'{"type": "evaluation.requested"}', "invalid envelope: stream_id: Field required"),
+    ],
+)
+def test_an_unreadable_message_is_invalid_with_the_reason(body: bytes, message: str) -> None:
+    with pytest.raises(InvalidMessage, match=message):
+        decode(body)
+
+
+def test_a_payload_of_the_wrong_shape_names_the_field() -> None:
+    envelope = requested().model_copy(update={"payload": {"evaluation_id": "x", "model": "m"}})
+    with pytest.raises(InvalidMessage, match=r"evaluation_id: .*framework: Field required"):
+        envelope.typed()
+
+
+def test_an_unknown_framework_is_refused_naming_the_allowed_ones() -> None:
+    envelope = requested()
+    bad = envelope.model_copy(update={"payload": {**envelope.payload, "framework": "caffe"}})
+    with pytest.raises(InvalidMessage, match=r"framework: Input should be 'onnxruntime'"):
+        bad.open(EvaluationRequested)
+
+
+def test_an_unknown_message_type_lists_the_known_ones() -> None:
+    with pytest.raises(InvalidMessage, match=r"unknown message type 'evaluation.exploded'"):
+        requested().model_copy(update={"type": "evaluation.exploded"}).typed()
+
+
+def test_job_keys_route_to_any_matching_agent_or_to_one() -> None:
+    assert job_key("onnxruntime", "cpu") == "job.onnxruntime.cpu"
+    assert job_key("onnxruntime", "cpu", "host-a") == "job.onnxruntime.cpu.host-a"
