@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace import Tracer
 
 from services.gateway.schemas import (
     AgentOut,
@@ -20,6 +20,8 @@ from services.gateway.schemas import (
     EvaluationEventOut,
     EvaluationOut,
 )
+from services.gateway.streaming import follow
+from services.gateway.tracing import TracingMiddleware
 from shared.config import Settings
 from shared.errors import DlscopeError, RequestTimeout
 from shared.eventstore import EventStore
@@ -74,18 +76,7 @@ def create_app(context: GatewayContext) -> FastAPI:
     )
     app.state.context = context
 
-    @app.middleware("http")
-    async def traced(request: Request, call_next: Any) -> Response:
-        # Tracing in middleware: every request is a SERVER span, the root of what it causes.
-        route = f"{request.method} {request.url.path}"
-        with context.tracer.start_as_current_span(
-            route,
-            kind=SpanKind.SERVER,
-            attributes={"http.request.method": request.method, "url.path": request.url.path},
-        ) as span:
-            response: Response = await call_next(request)
-            span.set_attribute("http.response.status_code", response.status_code)
-            return response
+    app.add_middleware(TracingMiddleware, tracer=context.tracer)
 
     @app.exception_handler(DlscopeError)
     async def dlscope_error(request: Request, exc: DlscopeError) -> JSONResponse:
@@ -159,8 +150,26 @@ def create_app(context: GatewayContext) -> FastAPI:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no evaluation {evaluation_id} (yet)")
         return _evaluation_out(view, context.settings)
 
-    @app.get("/v1/evaluations/{evaluation_id}/events", response_model=list[EvaluationEventOut])
-    async def evaluation_events(evaluation_id: uuid.UUID) -> list[EvaluationEventOut]:
+    @app.get(
+        "/v1/evaluations/{evaluation_id}/events",
+        response_model=list[EvaluationEventOut],
+        responses={
+            200: {
+                "description": "The stored events in order; with 'Accept: text/event-stream', "
+                "server-sent events that follow the evaluation until it completes or fails",
+                "content": {"text/event-stream": {}},
+            }
+        },
+    )
+    async def evaluation_events(
+        evaluation_id: uuid.UUID, request: Request
+    ) -> list[EvaluationEventOut] | StreamingResponse:
+        if "text/event-stream" in request.headers.get("accept", ""):
+            return StreamingResponse(
+                follow(context.store, evaluation_stream(evaluation_id), request),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
         events = await context.store.stream_events(evaluation_stream(evaluation_id))
         if not events:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no evaluation {evaluation_id} (yet)")

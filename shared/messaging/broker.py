@@ -64,6 +64,9 @@ class OutgoingMessage:
     correlation_id: str | None = None
     reply_to: str | None = None
     content_type: str = "application/json"
+    # RabbitMQ confirms a persistent message on a durable queue only once it is on disk.
+    # Request/reply messages are worthless after their timeout, so they skip the disk.
+    persistent: bool = True
 
 
 @dataclass(frozen=True)

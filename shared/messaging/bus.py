@@ -89,6 +89,7 @@ class Bus:
         exchange: str | None = None,
         routing_key: str | None = None,
         reply_to: str | None = None,
+        persistent: bool = True,
     ) -> Envelope:
         """Publish ``envelope`` (by default as an event, routed by its type) and return it
         as sent, with its trace context filled in."""
@@ -116,6 +117,7 @@ class Bus:
                     headers=headers,
                     correlation_id=str(sent.correlation_id),
                     reply_to=reply_to,
+                    persistent=persistent,
                 ),
             )
         return sent
@@ -151,7 +153,11 @@ class Bus:
         self._pending[str(envelope.event_id)] = future
         try:
             await self.publish(
-                envelope, exchange=self.topology.jobs, routing_key=routing_key, reply_to=reply_queue
+                envelope,
+                exchange=self.topology.jobs,
+                routing_key=routing_key,
+                reply_to=reply_queue,
+                persistent=False,
             )
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
@@ -198,18 +204,19 @@ class Bus:
             f"{delivery.routing_key} process",
             context=context,
             kind=SpanKind.CONSUMER,
-            attributes={
-                **_messaging_attributes(
-                    delivery.exchange, delivery.routing_key, envelope, self.service
-                ),
-                "messaging.rabbitmq.delivery_attempt": delivery.attempt,
-            },
+            attributes=_messaging_attributes(
+                delivery.exchange, delivery.routing_key, envelope, self.service
+            ),
         ) as span:
+            if delivery.attempt > 1:
+                span.set_attribute("messaging.rabbitmq.delivery_attempt", delivery.attempt)
             error: Exception | None = None
             try:
                 reply = await handler(envelope)
                 if reply is not None and delivery.reply_to:
-                    await self.publish(reply, exchange="", routing_key=delivery.reply_to)
+                    await self.publish(
+                        reply, exchange="", routing_key=delivery.reply_to, persistent=False
+                    )
             except Exception as exc:
                 error = exc
                 span.record_exception(exc)
@@ -235,6 +242,8 @@ class Bus:
 def _messaging_attributes(
     exchange: str, routing_key: str, envelope: Envelope, service: str
 ) -> dict[str, str]:
+    # Few attributes on purpose: every message pays for each one (the recorder sees them
+    # all). The type is the routing key for events; the stream follows from the correlation.
     return {
         "messaging.system": "rabbitmq",
         "messaging.destination.name": exchange or "(default)",
@@ -242,6 +251,4 @@ def _messaging_attributes(
         "messaging.message.id": str(envelope.event_id),
         "messaging.message.conversation_id": str(envelope.correlation_id),
         "dlscope.service": service,
-        "dlscope.message.type": envelope.type,
-        "dlscope.stream_id": envelope.stream_id,
     }

@@ -13,6 +13,7 @@ from typing import Any
 
 import aio_pika
 import httpx
+import orjson
 import pytest
 import yaml
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -249,3 +250,25 @@ async def test_readiness_and_the_openapi_document(stack: Stack) -> None:
 async def test_an_unknown_evaluation_is_not_found(stack: Stack) -> None:
     response = await stack.http.get(f"/v1/evaluations/{uuid.uuid4()}")
     assert response.status_code == 404
+
+
+async def test_a_client_follows_an_evaluation_as_server_sent_events(stack: Stack) -> None:
+    accepted = await submit(stack.http)
+    url = f"/v1/evaluations/{accepted['id']}/events"
+    received: list[tuple[str, dict[str, Any]]] = []
+    async with stack.http.stream("GET", url, headers={"accept": "text/event-stream"}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event_type = ""
+        async for line in response.aiter_lines():  # the server ends the stream at the outcome
+            if line.startswith("event: "):
+                event_type = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                received.append((event_type, orjson.loads(line.removeprefix("data: "))))
+    assert [t for t, _ in received] == LIFECYCLE
+    assert [d["version"] for _, d in received] == [1, 2, 3, 4, 5]
+
+    # Reconnecting with Last-Event-ID resumes after the events already seen.
+    headers = {"accept": "text/event-stream", "last-event-id": "3"}
+    async with stack.http.stream("GET", url, headers=headers) as response:
+        resumed = [line async for line in response.aiter_lines() if line.startswith("event: ")]
+    assert resumed == ["event: evaluation.measured", "event: evaluation.completed"]

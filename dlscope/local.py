@@ -1,15 +1,18 @@
-"""dlscope deployed as separate OS processes, the way an operator runs it."""
+"""dlscope deployed on this machine as separate OS processes, the way an operator runs it on
+many: used by the end-to-end tests and the benchmarks."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ import httpx
 
 from shared.config import REPOSITORY_ROOT
 
-__all__ = ["Deployment", "eventually", "fresh_database"]
+__all__ = ["SERVICES", "Deployment", "eventually", "fresh_database", "throwaway_deployment"]
 
 SERVICES = ["recorder", "registry", "analyzer", "scheduler", "workers", "gateway"]
 
@@ -91,6 +94,10 @@ class Deployment:
             capture_output=True,
         )
 
+    def start_all(self) -> None:
+        for service in SERVICES:
+            self.start(service)
+
     def start(self, service: str) -> None:
         arguments = {
             "gateway": ["--port", str(self.port)],
@@ -139,3 +146,25 @@ class Deployment:
             return any(a["status"] == "online" for a in agents)
 
         await eventually(up)
+
+
+@contextlib.asynccontextmanager
+async def throwaway_deployment(
+    broker_url: str, admin_dsn: str, *, prefix: str = "local"
+) -> AsyncIterator[Deployment]:
+    """A migrated deployment with its own database and namespace, removed afterwards; no
+    service is started yet."""
+    database_url, drop_database = await fresh_database(admin_dsn)
+    with tempfile.TemporaryDirectory() as workdir:
+        deployment = Deployment(
+            broker_url=broker_url,
+            database_url=database_url,
+            namespace=f"{prefix}{uuid.uuid4().hex[:8]}",
+            workdir=Path(workdir),
+        )
+        try:
+            deployment.migrate()
+            yield deployment
+        finally:
+            deployment.stop_all()
+            await drop_database()

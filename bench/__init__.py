@@ -1,0 +1,1 @@
+"""Benchmarks of dlscope itself. ``python -m bench [name ...]``; results in BENCHMARKS.md."""

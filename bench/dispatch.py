@@ -1,0 +1,83 @@
+"""Dispatch latency: from ``POST /v1/evaluations`` to the worker starting the evaluation.
+
+Every service runs as its own process on the local RabbitMQ and PostgreSQL (loopback). Each
+evaluation is submitted only after the previous one finished, so the figure is the pipeline's
+latency (gateway -> registry -> scheduler -> registry -> worker), not queueing. "The worker
+starting" is the ``occurred_at`` of its ``evaluation.started`` event (same host, same clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime
+from typing import Any
+
+import aio_pika
+import httpx
+import orjson
+
+from bench.common import POSTGRES_ADMIN_DSN, RABBITMQ_URL, percentiles
+from dlscope.local import Deployment, throwaway_deployment
+
+__all__ = ["run"]
+
+WARMUP = 10
+
+
+async def run(evaluations: int = 200) -> dict[str, Any]:
+    async with throwaway_deployment(RABBITMQ_URL, POSTGRES_ADMIN_DSN, prefix="bench") as deployment:
+        deployment.start_all()
+        return await _measure(deployment, evaluations)
+
+
+async def _measure(deployment: Deployment, evaluations: int) -> dict[str, Any]:
+    body = {
+        "model": "squeezenet",
+        "framework": "onnxruntime",
+        "scenario": {"iterations": 1, "warmup": 0},
+    }
+    async with (
+        httpx.AsyncClient(base_url=deployment.gateway_url, timeout=30) as http,
+        await aio_pika.connect(deployment.broker_url) as connection,
+    ):
+        await deployment.ready(http)
+        channel = await connection.channel()
+        events = await channel.get_exchange(f"{deployment.namespace}.events")
+        watch = await channel.declare_queue(exclusive=True)
+        for key in ("evaluation.started", "evaluation.completed", "evaluation.failed"):
+            await watch.bind(events, key)
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            await inbox.put(orjson.loads(message.body))
+            await message.ack()
+
+        await watch.consume(on_message)
+
+        to_started: list[float] = []
+        to_accepted: list[float] = []
+        for i in range(WARMUP + evaluations):
+            sent = time.time()
+            response = await http.post("/v1/evaluations", json=body)
+            accepted = time.time()
+            evaluation_id = response.json()["id"]
+            started_at = None
+            while True:  # until this evaluation's outcome
+                event = await asyncio.wait_for(inbox.get(), 30)
+                if event["correlation_id"] != evaluation_id:
+                    continue
+                if event["type"] == "evaluation.started":
+                    started_at = datetime.fromisoformat(event["occurred_at"]).timestamp()
+                elif event["type"] == "evaluation.failed":
+                    raise RuntimeError(f"evaluation failed: {event['payload']['reason']}")
+                else:
+                    break
+            if i >= WARMUP and started_at is not None:
+                to_started.append((started_at - sent) * 1e3)
+                to_accepted.append((accepted - sent) * 1e3)
+    return {
+        "post_to_worker_started": percentiles(to_started),
+        "post_to_202": percentiles(to_accepted),
+        "targets": {"p50_ms": 20, "p99_ms": 100},
+    }

@@ -1,0 +1,209 @@
+"""Event-store append throughput through the recorder, on RabbitMQ and PostgreSQL.
+
+The recorder's durable queue is filled first (with 5% of the messages sent twice, as a
+redelivering broker would), then one recorder process drains it. The sustained rate is the
+number of stored events over the span of their ``recorded_at`` times, so neither the
+recorder's start-up nor the publisher's speed is counted. Then the store is checked: every
+event stored once (zero lost, zero duplicated) and every stream's versions gap-free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from typing import Any
+
+import aio_pika
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from bench.common import POSTGRES_ADMIN_DSN, RABBITMQ_URL
+from dlscope.local import Deployment, eventually, throwaway_deployment
+from shared.eventstore import EventStore
+from shared.messages import (
+    Envelope,
+    EvaluationCompleted,
+    EvaluationMeasured,
+    EvaluationRequested,
+    EvaluationScheduled,
+    EvaluationStarted,
+    LatencySummary,
+    encode,
+    evaluation_stream,
+)
+
+__all__ = ["run"]
+
+
+def evaluation_events(rng: random.Random) -> list[Envelope]:
+    """The five events of one evaluation, with realistic payloads (200 raw latencies)."""
+    evaluation_id = uuid.uuid4()
+    requested = Envelope.wrap(
+        EvaluationRequested(
+            evaluation_id=evaluation_id, model="squeezenet", framework="onnxruntime"
+        ),
+        stream_id=evaluation_stream(evaluation_id),
+        correlation_id=evaluation_id,
+    )
+    latencies = [rng.randint(2_000_000, 9_000_000) for _ in range(200)]
+    summary = LatencySummary(
+        count=200,
+        batch_size=1,
+        mean_ms=5.0,
+        std_ms=1.0,
+        min_ms=2.0,
+        max_ms=9.0,
+        p50_ms=5.0,
+        p90_ms=7.0,
+        p99_ms=8.9,
+        throughput_per_s=200.0,
+        first_inference_ms=20.0,
+        load_ms=15.0,
+        warmup_count=10,
+    )
+    return [
+        requested,
+        requested.caused(
+            EvaluationScheduled(
+                evaluation_id=evaluation_id,
+                model="squeezenet",
+                model_version="1.0.0",
+                framework="onnxruntime",
+                hardware="cpu",
+                agent_id=None,
+                candidates=["a"],
+            ),
+            producer="bench",
+        ),
+        requested.caused(
+            EvaluationStarted(
+                evaluation_id=evaluation_id,
+                agent_id="a",
+                host="h",
+                environment={"cpu_model": "x", "cores": 2, "python": "3.11"},
+            ),
+            producer="bench",
+        ),
+        requested.caused(
+            EvaluationMeasured(
+                evaluation_id=evaluation_id,
+                agent_id="a",
+                batch_size=1,
+                load_ns=1,
+                first_inference_ns=1,
+                warmup_latencies_ns=latencies[:10],
+                latencies_ns=latencies,
+                duration_ns=sum(latencies),
+            ),
+            producer="bench",
+        ),
+        requested.caused(
+            EvaluationCompleted(evaluation_id=evaluation_id, result=summary), producer="bench"
+        ),
+    ]
+
+
+async def run(evaluations: int = 4000, duplicate_share: float = 0.05) -> dict[str, Any]:
+    rng = random.Random(0)
+    envelopes = [e for _ in range(evaluations) for e in evaluation_events(rng)]
+    duplicates = rng.sample(envelopes, int(len(envelopes) * duplicate_share))
+    async with throwaway_deployment(RABBITMQ_URL, POSTGRES_ADMIN_DSN, prefix="bench") as deployment:
+        queue = f"{deployment.namespace}.recorder"
+        # Let the recorder declare its queue and bindings, then stop it and fill the queue.
+        deployment.start("recorder")
+        await eventually(lambda: _queue_exists(queue))
+        deployment.stop_all()
+        published = await _publish(deployment, [*envelopes, *duplicates])
+
+        deployment.start("recorder")
+        began = time.perf_counter()
+        async with EventStore.from_url(deployment.database_url) as store:
+
+            async def all_stored() -> bool:
+                return await store.count_events() >= len(envelopes)
+
+            await eventually(all_stored, timeout=600)
+        wall = time.perf_counter() - began
+        # The duplicates are acknowledged as no-ops, after the last new event.
+        await eventually(lambda: _drained(queue), timeout=60)
+        checks = await _verify(deployment.database_url, envelopes)
+    return {
+        "events": len(envelopes),
+        "messages_published": published,
+        "duplicates_published": len(duplicates),
+        "sustained_events_per_s": checks.pop("events_per_s"),
+        "wall_s_including_recorder_start": wall,
+        **checks,
+        "target_events_per_s": 3000,
+    }
+
+
+async def _publish(deployment: Deployment, envelopes: list[Envelope]) -> int:
+    async with await aio_pika.connect(deployment.broker_url) as connection:
+        channel = await connection.channel(publisher_confirms=True)
+        exchange = await channel.get_exchange(f"{deployment.namespace}.events")
+        for start in range(0, len(envelopes), 500):
+            await asyncio.gather(
+                *(
+                    exchange.publish(
+                        aio_pika.Message(
+                            encode(e),
+                            message_id=str(e.event_id),
+                            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                        ),
+                        routing_key=e.type,
+                    )
+                    for e in envelopes[start : start + 500]
+                )
+            )
+    return len(envelopes)
+
+
+async def _drained(queue: str) -> bool:
+    return await _depth(queue) == 0
+
+
+async def _queue_exists(queue: str) -> bool:
+    return await _depth(queue) >= 0
+
+
+async def _depth(queue: str) -> int:
+    async with await aio_pika.connect(RABBITMQ_URL) as connection:
+        channel = await connection.channel()
+        try:
+            declared = await channel.declare_queue(queue, passive=True)
+        except aio_pika.exceptions.ChannelClosed:
+            return -1
+        return int(declared.declaration_result.message_count or 0)
+
+
+async def _verify(database_url: str, envelopes: list[Envelope]) -> dict[str, Any]:
+    engine = create_async_engine(database_url)
+    async with engine.connect() as connection:
+        row = (
+            await connection.execute(
+                sa.text(
+                    "SELECT count(*), count(DISTINCT event_id), "
+                    "extract(epoch FROM max(recorded_at) - min(recorded_at)) FROM events"
+                )
+            )
+        ).one()
+        gaps = (
+            await connection.execute(
+                sa.text(
+                    "SELECT count(*) FROM (SELECT stream_id, max(version) AS v, count(*) AS n "
+                    "FROM events GROUP BY stream_id) s WHERE v <> n"
+                )
+            )
+        ).scalar_one()
+    await engine.dispose()
+    stored, distinct, span_s = int(row[0]), int(row[1]), float(row[2])
+    return {
+        "stored": stored,
+        "lost": len(envelopes) - distinct,
+        "duplicated": stored - distinct,
+        "streams_with_version_gaps": int(gaps),
+        "events_per_s": stored / span_s if span_s else float("inf"),
+    }

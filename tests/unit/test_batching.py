@@ -1,0 +1,71 @@
+"""The recorder's batch writer: concurrent submissions share transactions, keep their order,
+and all learn of a failed write."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+
+import pytest
+
+from services.recorder.batching import BatchWriter
+from shared.errors import StoreUnavailable
+from shared.messages import AgentHeartbeat, Envelope
+
+
+def heartbeat(n: int) -> Envelope:
+    return Envelope.wrap(
+        AgentHeartbeat(agent_id=f"a{n}", busy=False),
+        stream_id="agent-a",
+        correlation_id=uuid.uuid4(),
+    )
+
+
+class Store:
+    def __init__(self, *, fail: bool = False) -> None:
+        self.batches: list[list[str]] = []
+        self.seen: set[uuid.UUID] = set()
+        self.fail = fail
+
+    async def append(self, envelopes: Sequence[Envelope]) -> list[bool]:
+        await asyncio.sleep(0)  # a database round trip
+        if self.fail:
+            raise StoreUnavailable("database down")
+        self.batches.append([e.payload["agent_id"] for e in envelopes])
+        new = [e.event_id not in self.seen for e in envelopes]
+        self.seen.update(e.event_id for e in envelopes)
+        return new
+
+
+async def test_concurrent_submissions_are_written_together_in_submission_order() -> None:
+    store = Store()
+    writer = BatchWriter(store.append, max_batch=3)
+    events = [heartbeat(n) for n in range(7)]
+    results = await asyncio.gather(*(writer.submit(e) for e in events))
+    assert results == [True] * 7
+    assert store.batches == [["a0", "a1", "a2"], ["a3", "a4", "a5"], ["a6"]]
+
+
+async def test_a_duplicate_is_reported_as_not_new() -> None:
+    writer = BatchWriter(Store().append)
+    event = heartbeat(1)
+    assert await writer.submit(event) is True
+    assert await writer.submit(event) is False
+
+
+async def test_a_failed_write_fails_every_waiting_submission() -> None:
+    writer = BatchWriter(Store(fail=True).append, max_batch=2)
+    results = await asyncio.gather(
+        *(writer.submit(heartbeat(n)) for n in range(5)), return_exceptions=True
+    )
+    assert all(isinstance(r, StoreUnavailable) for r in results)
+
+
+async def test_the_writer_recovers_after_a_failure() -> None:
+    store = Store(fail=True)
+    writer = BatchWriter(store.append)
+    with pytest.raises(StoreUnavailable):
+        await writer.submit(heartbeat(1))
+    store.fail = False
+    assert await writer.submit(heartbeat(2)) is True
