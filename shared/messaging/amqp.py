@@ -378,7 +378,12 @@ def _message(
         message.body,
         headers=headers,
         content_type=message.content_type,
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        # Copies of incoming messages (retries, dead letters) are always kept on disk.
+        delivery_mode=(
+            aio_pika.DeliveryMode.NOT_PERSISTENT
+            if isinstance(message, OutgoingMessage) and not message.persistent
+            else aio_pika.DeliveryMode.PERSISTENT
+        ),
         message_id=message.message_id,
         correlation_id=message.correlation_id,
         reply_to=message.reply_to,
