@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from dlscope.models_cli import models
 from shared.config import Settings
 from shared.errors import DlscopeError
-from shared.manifests import load_manifests
 from shared.messages import FRAMEWORKS, HARDWARE, EvaluationRequested, Scenario
 
 __all__ = ["app", "main"]
@@ -32,6 +32,7 @@ app = typer.Typer(
 )
 db = typer.Typer(help="The event store: migrations and projections.", no_args_is_help=True)
 app.add_typer(db, name="db")
+app.add_typer(models, name="models")
 console = Console()
 errors = Console(stderr=True)
 
@@ -344,28 +345,6 @@ def publish(
     except DlscopeError as exc:
         raise _fail(str(exc), 1) from exc
     console.print(f"published evaluation {request.evaluation_id}")
-
-
-@app.command()
-def models() -> None:
-    """List the model manifests of this installation."""
-    settings = Settings()
-    try:
-        manifests = load_manifests(settings.manifests_dir / "models")
-    except DlscopeError as exc:
-        raise _fail(str(exc), 1) from exc
-    table = Table(title=f"models in {settings.manifests_dir / 'models'}")
-    for column in ("name", "version", "framework", "task", "description"):
-        table.add_column(column)
-    for m in manifests:
-        table.add_row(
-            m.name,
-            m.version,
-            f"{m.framework.name} {m.framework.version}",
-            m.task or "",
-            m.description,
-        )
-    console.print(table)
 
 
 @db.command("upgrade")

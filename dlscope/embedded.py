@@ -7,7 +7,9 @@ with the very services the distributed deployment runs as separate processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +23,7 @@ from services.scheduler import SchedulerService
 from services.workers import WorkerService
 from shared.config import Settings
 from shared.eventstore import EventStore
-from shared.eventstore.views import EvaluationView, StoredEvent
+from shared.eventstore.views import ArtifactView, EvaluationView, StoredEvent
 from shared.messages import (
     Envelope,
     EvaluationCompleted,
@@ -29,13 +31,22 @@ from shared.messages import (
     EvaluationRequested,
     Framework,
     Hardware,
+    Payload,
     evaluation_stream,
+    rpc_key,
 )
-from shared.messaging import Binding, MemoryBroker
+from shared.messaging import Binding, Bus, MemoryBroker
 from shared.runtime import Runtime, Service, running
 from shared.telemetry import trace_id_hex
 
-__all__ = ["EmbeddedResult", "embedded_settings", "evaluate", "serve_all"]
+__all__ = [
+    "EmbeddedResult",
+    "ask_registry",
+    "embedded_settings",
+    "evaluate",
+    "list_models",
+    "serve_all",
+]
 
 
 def embedded_settings(settings: Settings) -> Settings:
@@ -133,3 +144,52 @@ async def serve_all(settings: Settings, *, host: str, port: int, stop: asyncio.E
             await stop.wait()
     finally:
         await runtime.close()
+
+
+@contextlib.asynccontextmanager
+async def _registry(settings: Settings) -> AsyncIterator[Bus]:
+    """The recorder and the registry in this process (which registers the built-in zoo),
+    and a client bus to talk to them; everything they published is stored on exit."""
+    runtime = Runtime.create(settings, "dlscope")
+    broker = runtime.broker
+    assert isinstance(broker, MemoryBroker), "the embedded mode runs on memory://"
+    try:
+        async with running([RecorderService(runtime), RegistryService(runtime)]):
+            client = runtime.bus("cli")
+            await client.start()
+            yield client
+            await broker.drained()
+            await client.stop()
+    finally:
+        await runtime.close()
+
+
+async def ask_registry(settings: Settings, call: str, payload: Payload) -> Envelope:
+    """One request/reply call to the embedded registry (``register``, ``deprecate``, …)."""
+    async with _registry(settings) as client:
+        return await client.request(
+            rpc_key("registry", call),
+            Envelope.wrap(payload, stream_id="registry", correlation_id=uuid.uuid4()),
+            timeout=settings.rpc_timeout_s,
+        )
+
+
+async def list_models(
+    settings: Settings,
+    *,
+    name: str | None = None,
+    framework: str | None = None,
+    task: str | None = None,
+    include_deprecated: bool = False,
+) -> list[ArtifactView]:
+    """The embedded registry's models (the built-in zoo and what was registered here)."""
+    async with _registry(settings):
+        pass
+    async with EventStore.from_url(settings.resolved_database_url) as store:
+        return await store.list_artifacts(
+            kind="model",
+            name=name,
+            framework=framework,
+            task=task,
+            include_deprecated=include_deprecated,
+        )

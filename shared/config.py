@@ -11,6 +11,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.artifacts import ArtifactLimits
+
 __all__ = ["REPOSITORY_ROOT", "Settings"]
 
 # The built-in manifests and migrations live beside the packages (editable install).
@@ -40,6 +42,11 @@ class Settings(BaseSettings):
     # Attempts at a message whose handler fails transiently before it is dead-lettered.
     max_delivery_attempts: int = 3
     prefetch: int = 16
+    # What a worker or the registry accepts from a model source (see shared.artifacts).
+    artifact_max_download_bytes: int = Field(default=2 * 1024**3, gt=0)
+    artifact_download_timeout_s: float = Field(default=30.0, gt=0)
+    artifact_max_extracted_bytes: int = Field(default=4 * 1024**3, gt=0)
+    artifact_max_archive_members: int = Field(default=10_000, gt=0)
 
     @field_validator("namespace")
     @classmethod
@@ -53,6 +60,15 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite+aiosqlite:///{self.home / 'dlscope.db'}"
+
+    @property
+    def artifact_limits(self) -> ArtifactLimits:
+        return ArtifactLimits(
+            max_download_bytes=self.artifact_max_download_bytes,
+            download_timeout_s=self.artifact_download_timeout_s,
+            max_extracted_bytes=self.artifact_max_extracted_bytes,
+            max_archive_members=self.artifact_max_archive_members,
+        )
 
     def trace_url(self, trace_id: str) -> str:
         return f"{self.jaeger_ui_url.rstrip('/')}/trace/{trace_id}"

@@ -12,7 +12,8 @@ and a user reads what went wrong and what to do about it.
     │   ├── StoreUnavailable
     │   └── RequestTimeout        no reply to a request/reply call in time
     ├── ManifestError             a manifest that does not validate (names file and field)
-    ├── ArtifactError             a model file that is missing or fails its sha256 check
+    ├── ArtifactError             a model file missing, failing its sha256 or its download
+    ├── ProcessingError           data the declared pre/post-processing steps cannot handle
     ├── ModelNotFound             no manifest matches a name and version constraint
     ├── NoMatchingAgent           no worker offers the framework/hardware asked for
     └── PredictorError            the framework failed to load or run the model
@@ -30,6 +31,7 @@ __all__ = [
     "ModelNotFound",
     "NoMatchingAgent",
     "PredictorError",
+    "ProcessingError",
     "RequestTimeout",
     "StoreUnavailable",
     "TransientError",
@@ -70,6 +72,10 @@ class ManifestError(DlscopeError):
 
 class ArtifactError(DlscopeError):
     """A model artifact is missing, unreadable or fails its checksum."""
+
+
+class ProcessingError(DlscopeError):
+    """A sample or an output the steps cannot process (undecodable, too small, wrong shape)."""
 
 
 class ModelNotFound(DlscopeError):

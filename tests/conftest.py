@@ -8,6 +8,7 @@ database, so tests never see each other's messages or rows.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import uuid
 from collections.abc import Iterator
@@ -31,33 +32,35 @@ def rabbitmq_url() -> str:
     return RABBITMQ_URL
 
 
-@pytest.fixture(scope="session")
-def postgres_database() -> Iterator[str]:
-    """A fresh database for this test session; its SQLAlchemy URL."""
-    name = f"dlscope_test_{uuid.uuid4().hex[:10]}"
+def _execute(dsn: str, sql: str) -> None:
+    """Run ``sql`` on its own thread and loop, so sync and async fixtures alike can call it."""
 
-    async def admin(sql: str) -> None:
-        connection = await asyncpg.connect(POSTGRES_ADMIN_DSN)
+    async def execute() -> None:
+        connection = await asyncpg.connect(dsn)
         try:
             await connection.execute(sql)
         finally:
             await connection.close()
 
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, execute()).result()
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A fresh database for this test session; its SQLAlchemy URL."""
+    name = f"dlscope_test_{uuid.uuid4().hex[:10]}"
+    _execute(POSTGRES_ADMIN_DSN, f'CREATE DATABASE "{name}"')
     base = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
     try:
         yield f"{base}/{name}"
     finally:
-        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        _execute(POSTGRES_ADMIN_DSN, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
-async def postgres_url(postgres_database: str) -> str:
+def postgres_url(postgres_database: str) -> str:
     """The session's database, emptied of dlscope's tables before each test."""
     dsn = postgres_database.replace("postgresql+asyncpg://", "postgresql://")
-    connection = await asyncpg.connect(dsn)
-    try:
-        await connection.execute("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
-    finally:
-        await connection.close()
+    _execute(dsn, "DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
     return postgres_database

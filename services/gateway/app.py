@@ -4,15 +4,15 @@ read models the recorder maintains."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
 from fastapi.responses import JSONResponse, StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from opentelemetry import trace
-from opentelemetry.trace import Tracer
 
+from services.gateway.auth import require_token
+from services.gateway.context import GatewayContext
+from services.gateway.models_api import router as models_router
 from services.gateway.schemas import (
     AgentOut,
     EvaluationAccepted,
@@ -24,48 +24,18 @@ from services.gateway.streaming import follow
 from services.gateway.tracing import TracingMiddleware
 from shared.config import Settings
 from shared.errors import DlscopeError, RequestTimeout
-from shared.eventstore import EventStore
 from shared.eventstore.views import EvaluationView
 from shared.messages import (
     Envelope,
     EvaluationRequested,
-    ListModels,
-    ModelList,
     ResolvedModel,
     ResolveModel,
     evaluation_stream,
     rpc_key,
 )
-from shared.messaging import Bus
 from shared.telemetry import trace_id_hex
 
 __all__ = ["GatewayContext", "create_app"]
-
-
-@dataclass
-class GatewayContext:
-    settings: Settings
-    bus: Bus
-    store: EventStore
-    tracer: Tracer
-
-
-# Stateless: it only parses the Authorization header. (Module level so FastAPI can resolve
-# the dependency's annotations.)
-_BEARER = HTTPBearer(auto_error=False)
-
-
-async def require_token(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
-) -> None:
-    token = request.app.state.context.settings.api_token
-    if token and (credentials is None or credentials.credentials != token):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "this endpoint needs 'Authorization: Bearer <token>' (DLSCOPE_API_TOKEN)",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
 
 
 def create_app(context: GatewayContext) -> FastAPI:
@@ -205,14 +175,7 @@ def create_app(context: GatewayContext) -> FastAPI:
             for a in await context.store.list_agents()
         ]
 
-    @app.get("/v1/models")
-    async def list_models() -> list[dict[str, Any]]:
-        reply = await context.bus.request(
-            rpc_key("registry", "list"),
-            Envelope.wrap(ListModels(), stream_id="registry", correlation_id=uuid.uuid4()),
-            timeout=context.settings.rpc_timeout_s,
-        )
-        return [m.model_dump(mode="json") for m in reply.open(ModelList).models]
+    app.include_router(models_router)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -33,6 +33,11 @@ class BatchWriter:
             self._flusher = asyncio.create_task(self._flush())
         return await future
 
+    async def close(self) -> None:
+        """Wait for the write in progress, so the store is not closed under it."""
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+
     async def _flush(self) -> None:
         try:
             # Yield once so deliveries started in the same loop turn join the first batch.

@@ -43,6 +43,8 @@ class RecorderService:
 
     async def stop(self) -> None:
         await self._bus.stop()
+        if self._writer is not None:
+            await self._writer.close()
         if self._store is not None:
             await self._store.close()
 

@@ -1,42 +1,115 @@
-"""The registry's catalogue: model manifests by name and version, and constraint resolution."""
+"""The registry's catalogue: manifest versions by name, immutable once registered.
+
+Plain data and logic: the service feeds it what the log says (``learn``) and asks it what a
+new registration or a deprecation would mean before publishing the event that makes it so.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
+import orjson
 from packaging.version import Version
 
 from shared.errors import ModelNotFound
 from shared.manifests import ModelManifest, matches, parse_constraint
 
-__all__ = ["Catalog"]
+__all__ = ["Catalog", "Entry", "VersionConflict", "digest_of"]
+
+
+def digest_of(manifest: ModelManifest) -> str:
+    """sha256 of the manifest's canonical JSON: equal content, equal digest. Fields left at
+    their defaults are out of it, so adding an optional field to the schema later does not
+    change the digest of every manifest registered before."""
+    canonical = orjson.dumps(
+        manifest.model_dump(mode="json", exclude_defaults=True), option=orjson.OPT_SORT_KEYS
+    )
+    return hashlib.sha256(canonical).hexdigest()
+
+
+class VersionConflict(ModelNotFound):
+    """The version is registered already, with other content."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    manifest: ModelManifest
+    digest: str
+    deprecated: bool = False
+    deprecation_reason: str | None = None
 
 
 class Catalog:
-    def __init__(self, manifests: Iterable[ModelManifest]) -> None:
-        self._by_name: dict[str, list[ModelManifest]] = {}
+    def __init__(self, manifests: Iterable[ModelManifest] = ()) -> None:
+        self._entries: dict[str, dict[str, Entry]] = {}
         for manifest in manifests:
-            self._by_name.setdefault(manifest.name, []).append(manifest)
-        for versions in self._by_name.values():
-            versions.sort(key=lambda m: Version(m.version))
+            self.learn(manifest)
 
-    def all(self) -> list[ModelManifest]:
-        return [m for name in sorted(self._by_name) for m in self._by_name[name]]
+    def learn(self, manifest: ModelManifest, *, digest: str | None = None) -> None:
+        """Take in a registration from the log; the first one of a version stands."""
+        versions = self._entries.setdefault(manifest.name, {})
+        versions.setdefault(manifest.version, Entry(manifest, digest or digest_of(manifest)))
+
+    def learn_deprecation(self, name: str, version: str, reason: str) -> None:
+        entry = self._entries.get(name, {}).get(version)
+        if entry is not None and not entry.deprecated:
+            self._entries[name][version] = replace(
+                entry, deprecated=True, deprecation_reason=reason
+            )
+
+    def check_registration(self, manifest: ModelManifest) -> bool:
+        """True if registering ``manifest`` adds a version, False if that exact content is
+        registered already; ``VersionConflict`` if the version exists with other content."""
+        existing = self._entries.get(manifest.name, {}).get(manifest.version)
+        if existing is None:
+            return True
+        if existing.digest == digest_of(manifest):
+            return False
+        raise VersionConflict(
+            f"{manifest.ref} is already registered with different content; versions are "
+            "immutable: register the change as a new version"
+        )
+
+    def entry(self, name: str, version: str) -> Entry:
+        try:
+            return self._entries[name][version]
+        except KeyError:
+            raise ModelNotFound(f"{name}@{version} is not registered") from None
+
+    def all(self, *, include_deprecated: bool = False) -> list[ModelManifest]:
+        return [
+            e.manifest
+            for name in sorted(self._entries)
+            for e in self._sorted(name)
+            if include_deprecated or not e.deprecated
+        ]
 
     def resolve(self, name: str, constraint: str = "*") -> ModelManifest:
-        """The highest version of ``name`` that satisfies ``constraint``."""
-        versions = self._by_name.get(name)
-        if not versions:
-            known = ", ".join(sorted(self._by_name)) or "none"
+        """The highest version of ``name`` satisfying ``constraint``. Deprecated versions are
+        chosen only when pinned exactly (``==1.2.0``)."""
+        if name not in self._entries:
+            known = ", ".join(sorted(self._entries)) or "none"
             raise ModelNotFound(f"unknown model {name!r}; registered models: {known}")
         try:
             parse_constraint(constraint)
         except ValueError as exc:
             raise ModelNotFound(str(exc)) from exc
-        for manifest in reversed(versions):
-            if matches(manifest.version, constraint):
-                return manifest
-        available = ", ".join(m.version for m in versions)
+        entries = self._sorted(name)
+        pinned = constraint.strip().removeprefix("==").strip()
+        for entry in reversed(entries):
+            if not matches(entry.manifest.version, constraint):
+                continue
+            if entry.deprecated and entry.manifest.version != pinned:
+                continue
+            return entry.manifest
+        available = ", ".join(
+            e.manifest.version + (" (deprecated)" if e.deprecated else "") for e in entries
+        )
         raise ModelNotFound(
             f"no version of model {name!r} satisfies {constraint!r}; available: {available}"
         )
+
+    def _sorted(self, name: str) -> list[Entry]:
+        return sorted(self._entries[name].values(), key=lambda e: Version(e.manifest.version))

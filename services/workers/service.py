@@ -16,10 +16,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from services.workers.artifacts import ArtifactCache
 from services.workers.environment import capabilities, environment, host_name
 from services.workers.inputs import synthetic_inputs
 from services.workers.predictors import predictor_factory
+from shared.artifacts import ArtifactCache
 from shared.errors import ArtifactError, PredictorError
 from shared.measurement import Measurement, measure
 from shared.messages import (
@@ -68,7 +68,9 @@ class WorkerService:
         self._settings = runtime.settings
         self._bus = runtime.bus("worker", prefetch=1)
         self._predictors = predictor_factory(framework)
-        self._artifacts = ArtifactCache(runtime.settings.home / "artifacts")
+        self._artifacts = ArtifactCache(
+            runtime.settings.home / "artifacts", runtime.settings.artifact_limits
+        )
         # The measurement loop runs alone on this thread, never beside the event loop's work.
         self._measurement_thread = ThreadPoolExecutor(1, thread_name_prefix="measurement")
         self._one_job_at_a_time = asyncio.Lock()

@@ -3,7 +3,7 @@
 Run ``await upgrade(url)`` once (it creates or migrates the tables), then open an
 ``EventStore.from_url(url)``: ``append`` records envelopes idempotently, and the read methods
 answer from the log (``stream_events``, ``read_all``) or its projections (``get_evaluation``,
-``list_evaluations``, ``list_agents``).
+``list_evaluations``, ``list_agents``, ``list_artifacts``).
 """
 
 from shared.eventstore.migrate import current_revision, head_revision, upgrade
@@ -13,6 +13,7 @@ from shared.eventstore.views import (
     EVALUATION_STATUSES,
     AgentStatus,
     AgentView,
+    ArtifactView,
     EvaluationStatus,
     EvaluationView,
     StoredEvent,
@@ -23,6 +24,7 @@ __all__ = [
     "EVALUATION_STATUSES",
     "AgentStatus",
     "AgentView",
+    "ArtifactView",
     "EvaluationStatus",
     "EvaluationView",
     "EventStore",

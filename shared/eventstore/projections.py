@@ -1,8 +1,9 @@
-"""How each event changes the read models (``evaluations`` and ``agents``).
+"""How each event changes the read models (``evaluations``, ``agents`` and ``artifacts``).
 
-``evolve_evaluation`` and ``evolve_agent`` are pure: the row so far plus one event gives the
-next row. Every value they write comes from the event (its payload, ``occurred_at``,
-``position``), never from the clock, so replaying the log gives the same rows again.
+``evolve_evaluation``, ``evolve_agent`` and ``evolve_artifact`` are pure: the row so far
+plus one event gives the next row. Every value they write comes from the event (its payload,
+``occurred_at``, ``position``), never from the clock, so replaying the log gives the same
+rows again.
 
 Events arrive out of order (the analyzer's completion can overtake the worker's start), so:
 an evaluation's status only moves forward (requested < scheduled < running < failed <
@@ -29,12 +30,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.eventstore import schema
 from shared.eventstore.sql import one_of, upsert
-from shared.eventstore.views import AgentView, EvaluationStatus, EvaluationView, StoredEvent
+from shared.eventstore.views import (
+    AgentView,
+    ArtifactView,
+    EvaluationStatus,
+    EvaluationView,
+    StoredEvent,
+)
 
 __all__ = [
     "agent_key",
+    "artifact_key",
     "evaluation_key",
     "evolve_agent",
+    "evolve_artifact",
     "evolve_evaluation",
     "project",
 ]
@@ -258,6 +267,74 @@ _AGENT_HANDLERS: dict[str, _AgentHandler] = {
 }
 
 
+# --- artifacts ------------------------------------------------------------------------------
+
+_ARTIFACT_EVENTS = ("artifact.registered", "artifact.deprecated")
+
+
+def artifact_key(event: StoredEvent) -> str | None:
+    """``<kind>:<name>@<version>`` of the artifact an event is about, or None."""
+    if event.type not in _ARTIFACT_EVENTS:
+        return None
+    kind, name, version = (_text(event.payload, k) for k in ("kind", "name", "version"))
+    if kind is None or name is None or version is None:
+        return None
+    return f"{kind}:{name}@{version}"
+
+
+def evolve_artifact(current: ArtifactView | None, event: StoredEvent) -> ArtifactView:
+    """The artifact after ``event``. Versions are immutable: a second registration (the
+    registry refuses those, but the log is the judge) changes nothing."""
+    key = artifact_key(event)
+    if key is None:
+        raise ValueError(f"event {event.event_id} ({event.type}) is about no artifact")
+    p = event.payload
+    if event.type == "artifact.registered":
+        if current is not None and current.digest:
+            return current
+        manifest = p.get("manifest")
+        body = dict(manifest) if isinstance(manifest, Mapping) else {}
+        framework = body.get("framework")
+        return ArtifactView(
+            ref=key,
+            kind=_text(p, "kind") or "",
+            name=_text(p, "name") or "",
+            version=_text(p, "version") or "",
+            digest=_text(p, "digest") or "",
+            manifest=body,
+            framework=_text(framework, "name") if isinstance(framework, Mapping) else None,
+            task=_text(body, "task"),
+            # A deprecation that overtook its registration still holds.
+            deprecated=current.deprecated if current else False,
+            deprecation_reason=current.deprecation_reason if current else None,
+            registered_at=event.occurred_at,
+            updated_at=max(event.occurred_at, current.updated_at) if current else event.occurred_at,
+            last_position=event.position,
+        )
+    row = current or ArtifactView(
+        ref=key,
+        kind=_text(p, "kind") or "",
+        name=_text(p, "name") or "",
+        version=_text(p, "version") or "",
+        digest="",
+        manifest={},
+        framework=None,
+        task=None,
+        deprecated=False,
+        deprecation_reason=None,
+        registered_at=event.occurred_at,
+        updated_at=event.occurred_at,
+        last_position=event.position,
+    )
+    return replace(
+        row,
+        deprecated=True,
+        deprecation_reason=row.deprecation_reason or _text(p, "reason"),
+        updated_at=max(row.updated_at, event.occurred_at),
+        last_position=event.position,
+    )
+
+
 # --- applying a batch ------------------------------------------------------------------------
 
 
@@ -268,10 +345,13 @@ async def project(connection: AsyncConnection, stored: Sequence[StoredEvent]) ->
         connection, schema.evaluations, EvaluationView, ordered, evaluation_key, evolve_evaluation
     )
     await _project_table(connection, schema.agents, AgentView, ordered, agent_key, evolve_agent)
+    await _project_table(
+        connection, schema.artifacts, ArtifactView, ordered, artifact_key, evolve_artifact
+    )
 
 
 K = TypeVar("K")
-V = TypeVar("V", EvaluationView, AgentView)
+V = TypeVar("V", EvaluationView, AgentView, ArtifactView)
 
 
 async def _project_table(
@@ -299,7 +379,7 @@ async def _project_table(
     await connection.execute(upsert(dialect, table), [_as_row(row) for row in changed.values()])
 
 
-def _as_row(view: EvaluationView | AgentView) -> dict[str, Any]:
+def _as_row(view: EvaluationView | AgentView | ArtifactView) -> dict[str, Any]:
     return {f.name: getattr(view, f.name) for f in fields(view)}
 
 

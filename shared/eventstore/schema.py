@@ -1,10 +1,9 @@
 """The event store's tables, in SQLAlchemy Core, for both PostgreSQL and SQLite.
 
-``events`` is the log and the only source of truth. ``evaluations`` and ``agents`` are
-projections: read models derived from the log, which ``EventStore.rebuild_projections`` can
-throw away and derive again. The Alembic revision in ``migrations/versions`` creates exactly
-these tables; keep the two in step.
-"""
+``events`` is the log and the only source of truth. ``evaluations``, ``agents`` and
+``artifacts`` are projections: read models derived from the log, which
+``EventStore.rebuild_projections`` can throw away and derive again. The Alembic revisions in
+``migrations/versions`` create exactly these tables; keep the two in step."""
 
 from __future__ import annotations
 
@@ -31,7 +30,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeEngine
 
-__all__ = ["UtcDateTime", "agents", "as_utc", "evaluations", "events", "metadata"]
+__all__ = [
+    "UtcDateTime",
+    "agents",
+    "artifacts",
+    "as_utc",
+    "evaluations",
+    "events",
+    "metadata",
+]
 
 # Named constraints, so a later migration can drop or alter them by a predictable name.
 metadata = MetaData(
@@ -139,4 +146,23 @@ agents = Table(
     # Time of the newest event applied: an older event arriving later changes no status.
     Column("updated_at", UtcDateTime, nullable=False),
     Column("last_position", BigInteger, nullable=False),
+)
+
+artifacts = Table(
+    "artifacts",
+    metadata,
+    Column("ref", Text, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("digest", Text, nullable=False),
+    Column("manifest", _json(), nullable=False),
+    Column("framework", Text),
+    Column("task", Text),
+    Column("deprecated", Boolean, nullable=False),
+    Column("deprecation_reason", Text),
+    Column("registered_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("last_position", BigInteger, nullable=False),
+    Index(None, "kind", "name"),
 )

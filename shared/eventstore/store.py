@@ -27,6 +27,7 @@ from shared.eventstore.sql import lock_writers, one_of
 from shared.eventstore.views import (
     EVALUATION_STATUSES,
     AgentView,
+    ArtifactView,
     EvaluationView,
     StoredEvent,
 )
@@ -44,6 +45,7 @@ _REBUILD_CHUNK = 1000
 _events = schema.events
 _evaluations = schema.evaluations
 _agents = schema.agents
+_artifacts = schema.artifacts
 
 
 class EventStore:
@@ -116,6 +118,7 @@ class EventStore:
             async with self._transaction(write=True) as connection:
                 await connection.execute(delete(_evaluations))
                 await connection.execute(delete(_agents))
+                await connection.execute(delete(_artifacts))
                 replayed, after = 0, 0
                 while chunk := await _read_events(connection, after, _REBUILD_CHUNK):
                     await project(connection, chunk)
@@ -159,6 +162,36 @@ class EventStore:
             async with self._engine.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
         return [AgentView(**row) for row in rows]
+
+    async def list_artifacts(
+        self,
+        *,
+        kind: str | None = None,
+        name: str | None = None,
+        framework: str | None = None,
+        task: str | None = None,
+        include_deprecated: bool = False,
+    ) -> list[ArtifactView]:
+        """Registered manifest versions, by kind and name, oldest version first."""
+        query = select(_artifacts).order_by(
+            _artifacts.c.kind, _artifacts.c.name, _artifacts.c.registered_at
+        )
+        for column, value in (
+            (_artifacts.c.kind, kind),
+            (_artifacts.c.name, name),
+            (_artifacts.c.framework, framework),
+            (_artifacts.c.task, task),
+        ):
+            if value is not None:
+                query = query.where(column == value)
+        if not include_deprecated:
+            query = query.where(_artifacts.c.deprecated.is_(False))
+        # A deprecation that overtook its registration leaves a row without a manifest.
+        query = query.where(_artifacts.c.digest != "")
+        with self._errors():
+            async with self._engine.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [ArtifactView(**row) for row in rows]
 
     async def stream_events(self, stream_id: str) -> list[StoredEvent]:
         """One stream's events in version order (1, 2, 3, …)."""

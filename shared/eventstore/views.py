@@ -18,6 +18,7 @@ __all__ = [
     "EVALUATION_STATUSES",
     "AgentStatus",
     "AgentView",
+    "ArtifactView",
     "EvaluationStatus",
     "EvaluationView",
     "StoredEvent",
@@ -109,5 +110,26 @@ class AgentView:
     busy: bool
     # When the agent last spoke (agent.online or agent.heartbeat); None if it never did.
     last_seen: datetime | None
+    updated_at: datetime
+    last_position: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArtifactView:
+    """One registered manifest version (a row of the ``artifacts`` table)."""
+
+    # "<kind>:<name>@<version>": one key, so the projection machinery stays single-keyed.
+    ref: str
+    kind: str
+    name: str
+    version: str
+    digest: str
+    manifest: dict[str, Any]
+    # Copied out of the manifest so lists can be filtered in SQL.
+    framework: str | None
+    task: str | None
+    deprecated: bool
+    deprecation_reason: str | None
+    registered_at: datetime
     updated_at: datetime
     last_position: int

@@ -1,22 +1,90 @@
-"""Model manifests: what is evaluated, pinned by version and checksum."""
+"""Manifests: complete, code-free, versioned descriptions of models, frameworks and data sets.
 
-from shared.manifests.loading import load_manifest, load_manifests
+The specification for users is docs/manifests.md.
+"""
+
+from shared.manifests.dataset import DatasetManifest, SampleSpec, SplitRange
+from shared.manifests.fields import ElementType, FrameworkName, Hardware
+from shared.manifests.framework import FrameworkManifest
+from shared.manifests.kinds import MANIFEST_KINDS, Manifest
+from shared.manifests.loading import load_manifest, load_manifests, parse_manifest
 from shared.manifests.model import (
+    Accuracy,
     FrameworkRequirement,
+    HardwareHints,
+    InputSpec,
     ModelManifest,
-    ModelSource,
+    OutputSpec,
     TensorSpec,
+)
+from shared.manifests.plugins import STEP_GROUP, installed_steps
+from shared.manifests.sources import ArchiveFormat, DatasetSource, ModelSource
+from shared.manifests.steps import (
+    INPUT_OPS,
+    OUTPUT_OPS,
+    ArgmaxStep,
+    CastStep,
+    ColorMode,
+    ColorStep,
+    CropStep,
+    DecodeStep,
+    FlattenStep,
+    InputStep,
+    LayoutStep,
+    NormalizeStep,
+    OutputStep,
+    PluginStep,
+    ResizeMethod,
+    ResizeStep,
+    SoftmaxStep,
+    TopKStep,
 )
 from shared.manifests.versions import matches, parse_constraint, parse_version
 
 __all__ = [
+    "INPUT_OPS",
+    "MANIFEST_KINDS",
+    "OUTPUT_OPS",
+    "STEP_GROUP",
+    "Accuracy",
+    "ArchiveFormat",
+    "ArgmaxStep",
+    "CastStep",
+    "ColorMode",
+    "ColorStep",
+    "CropStep",
+    "DatasetManifest",
+    "DatasetSource",
+    "DecodeStep",
+    "ElementType",
+    "FlattenStep",
+    "FrameworkManifest",
+    "FrameworkName",
     "FrameworkRequirement",
+    "Hardware",
+    "HardwareHints",
+    "InputSpec",
+    "InputStep",
+    "LayoutStep",
+    "Manifest",
     "ModelManifest",
     "ModelSource",
+    "NormalizeStep",
+    "OutputSpec",
+    "OutputStep",
+    "PluginStep",
+    "ResizeMethod",
+    "ResizeStep",
+    "SampleSpec",
+    "SoftmaxStep",
+    "SplitRange",
     "TensorSpec",
+    "TopKStep",
+    "installed_steps",
     "load_manifest",
     "load_manifests",
     "matches",
     "parse_constraint",
+    "parse_manifest",
     "parse_version",
 ]

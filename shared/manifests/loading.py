@@ -2,48 +2,110 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypeVar, overload
 
 import yaml
+from packaging.version import Version
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from shared.errors import ManifestError
+from shared.manifests.dataset import DatasetManifest
+from shared.manifests.fields import MANIFEST_DIR, UNION_TAGS
+from shared.manifests.framework import FrameworkManifest
+from shared.manifests.kinds import MANIFEST_KINDS, Manifest, kind_of
 from shared.manifests.model import ModelManifest
+from shared.manifests.steps import INPUT_OPS, OUTPUT_OPS
 
-__all__ = ["load_manifest", "load_manifests"]
+__all__ = ["load_manifest", "load_manifests", "parse_manifest"]
+
+M = TypeVar("M", ModelManifest, FrameworkManifest, DatasetManifest)
 
 
-def load_manifest(path: Path) -> ModelManifest:
+def load_manifest(path: Path) -> Manifest:
+    """The manifest in the YAML file ``path``, of whichever kind it declares.
+
+    Relative paths inside it are made absolute against its folder; plugin steps must be
+    installed and labels files must exist. ``ManifestError`` names the file and the field.
+    """
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise ManifestError(f"{path}: cannot read manifest: {exc}") from exc
+    return parse_manifest(data, origin=str(path), directory=path.parent)
+
+
+def parse_manifest(data: object, *, origin: str, directory: Path | None = None) -> Manifest:
+    """The manifest ``data`` (a mapping, as read from YAML or JSON) describes.
+
+    ``origin`` starts every error message (a file name, ``"submitted manifest"``). With
+    ``directory``, relative paths are resolved against it and plugins and labels files are
+    checked on this host, as for a file; without it, the manifest is taken as it is.
+    """
     if not isinstance(data, dict):
-        raise ManifestError(f"{path}: a manifest must be a YAML mapping")
+        raise ManifestError(f"{origin}: a manifest must be a YAML mapping")
+    # Dispatch on `kind` here rather than through the union, so error paths start at the
+    # manifest's own fields (inputs.0...) rather than at the union's tag (model.inputs.0...).
+    kind = kind_of(data)
+    schema = MANIFEST_KINDS.get(kind) if isinstance(kind, str) else None
+    if schema is None:
+        kinds = ", ".join(repr(k) for k in MANIFEST_KINDS)
+        raise ManifestError(f"{origin}: kind: {kind!r} is not a kind of manifest (use {kinds})")
+    context = None if directory is None else {MANIFEST_DIR: directory}
     try:
-        manifest = ModelManifest.model_validate(data)
+        return schema.model_validate(data, context=context)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
-        raise ManifestError(f"{path}: {problems}") from exc
-    # Relative sources are relative to the manifest, wherever dlscope runs from.
-    uri = manifest.source.uri
-    if "://" not in uri and not Path(uri).is_absolute():
-        absolute = (path.parent / uri).resolve()
-        manifest = manifest.model_copy(
-            update={"source": manifest.source.model_copy(update={"uri": str(absolute)})}
-        )
-    return manifest
+        problems = "; ".join(_describe(err) for err in exc.errors(include_url=False))
+        raise ManifestError(f"{origin}: {problems}") from exc
 
 
-def load_manifests(directory: Path) -> list[ModelManifest]:
-    """Every model manifest under ``directory`` (``*.yaml``/``*.yml``), sorted by reference."""
+@overload
+def load_manifests(directory: Path) -> list[Manifest]: ...
+@overload
+def load_manifests(directory: Path, kind: type[M]) -> list[M]: ...
+def load_manifests(directory: Path, kind: type[Any] | None = None) -> list[Any]:
+    """Every manifest under ``directory`` (``*.yaml``/``*.yml``), sorted by (kind, name,
+    version); only those of class ``kind`` when it is given (``ModelManifest``, ...).
+
+    All files are read and checked either way: a (kind, name, version) defined twice is refused
+    because a version is immutable, and two different contents would make it ambiguous.
+    """
     paths = sorted([*directory.rglob("*.yaml"), *directory.rglob("*.yml")])
     manifests = [load_manifest(p) for p in paths]
-    seen: dict[str, Path] = {}
+    seen: dict[tuple[str, str, str], Path] = {}
     for manifest, path in zip(manifests, paths, strict=True):
-        if manifest.ref in seen:
-            raise ManifestError(f"{path}: {manifest.ref} is also defined in {seen[manifest.ref]}")
-        seen[manifest.ref] = path
-    return sorted(manifests, key=lambda m: (m.name, m.version))
+        key = (manifest.kind, manifest.name, manifest.version)
+        if key in seen:
+            raise ManifestError(
+                f"{path}: {manifest.kind} {manifest.ref} is also defined in {seen[key]}"
+            )
+        seen[key] = path
+    ordered = sorted(manifests, key=lambda m: (m.kind, m.name, Version(m.version)))
+    return ordered if kind is None else [m for m in ordered if isinstance(m, kind)]
+
+
+def _describe(err: ErrorDetails) -> str:
+    loc = _without_tags(err["loc"])
+    message = err["msg"]
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        # The op names a step; say which ones exist rather than pydantic's "tag" wording.
+        ops = ", ".join(INPUT_OPS if loc[:1] == ("inputs",) else OUTPUT_OPS)
+        tag = err.get("ctx", {}).get("tag")
+        message = f"unknown op {tag!r} (the ops: {ops})" if tag else f"missing (the ops: {ops})"
+        loc = (*loc, "op")
+    where = ".".join(str(p) for p in loc)
+    return f"{where}: {message}" if where else message
+
+
+def _without_tags(loc: Sequence[int | str]) -> tuple[int | str, ...]:
+    # pydantic puts the tag of a union member in the path (inputs.0.steps.1.resize.method);
+    # the file has no such level, so drop it: inputs.0.steps.1.method.
+    kept: list[int | str] = []
+    for position, part in enumerate(loc):
+        after_step = position >= 2 and loc[position - 2] == "steps"
+        if part in UNION_TAGS or (after_step and isinstance(loc[position - 1], int)):
+            continue
+        kept.append(part)
+    return tuple(kept)

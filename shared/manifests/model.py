@@ -4,22 +4,35 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
 
-from shared.manifests.versions import parse_constraint, parse_version
+from shared.manifests.fields import (
+    NAME_PATTERN,
+    ElementType,
+    FrameworkName,
+    Strict,
+    check_dims,
+    semver,
+)
+from shared.manifests.pipeline import check_input_steps, check_output_steps
+from shared.manifests.sources import ModelSource
+from shared.manifests.steps import InputStep, OutputStep
+from shared.manifests.versions import parse_constraint
 
-__all__ = ["ElementType", "FrameworkRequirement", "ModelManifest", "ModelSource", "TensorSpec"]
+__all__ = [
+    "Accuracy",
+    "ElementType",
+    "FrameworkRequirement",
+    "HardwareHints",
+    "InputSpec",
+    "ModelManifest",
+    "OutputSpec",
+    "TensorSpec",
+]
 
-ElementType = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class FrameworkRequirement(_Strict):
-    name: str = Field(min_length=1)
+class FrameworkRequirement(Strict):
+    name: FrameworkName
     version: str = Field(default="*", description="version constraint, PEP 440 syntax")
 
     @field_validator("version")
@@ -29,29 +42,64 @@ class FrameworkRequirement(_Strict):
         return value
 
 
-class TensorSpec(_Strict):
+class TensorSpec(Strict):
     name: str = Field(min_length=1)
     element_type: ElementType = "float32"
     # -1 marks a dimension chosen at run time (the batch dimension, usually the first).
     shape: list[int] = Field(min_length=1)
     layout: str | None = None
 
-    @field_validator("shape")
-    @classmethod
-    def _dims(cls, value: list[int]) -> list[int]:
-        if any(d == 0 or d < -1 for d in value):
-            raise ValueError("dimensions must be positive, or -1 for a dimension set at run time")
-        return value
+    _dims = field_validator("shape")(check_dims)
 
 
-class ModelSource(_Strict):
-    # file paths (relative to the manifest), file:// URLs, or pkg://<package>/<path> for a
-    # file shipped inside an installed Python package.
-    uri: str = Field(min_length=1)
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+class InputSpec(TensorSpec):
+    """A model input and the steps that make it from one raw sample (an image file, say)."""
+
+    steps: list[InputStep] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _steps_give_this_tensor(self) -> InputSpec:
+        check_input_steps(
+            self.steps, element_type=self.element_type, shape=self.shape, layout=self.layout
+        )
+        return self
 
 
-class ModelManifest(_Strict):
+class OutputSpec(TensorSpec):
+    """A model output and the steps that make an answer of it (probabilities, top-5, ...)."""
+
+    steps: list[OutputStep] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _topk_last(self) -> OutputSpec:
+        check_output_steps(self.steps)
+        return self
+
+
+class HardwareHints(Strict):
+    """What a model needs to run well; the scheduler may use it, a user reads it."""
+
+    min_memory_bytes: PositiveInt | None = None
+    accelerators: list[Literal["gpu", "fpga"]] = Field(default_factory=list)
+    notes: str = ""
+
+
+class Accuracy(Strict):
+    """The conventional ``attributes.accuracy``: expected quality, as fractions in [0, 1]."""
+
+    top1: float | None = Field(default=None, ge=0, le=1)
+    top5: float | None = Field(default=None, ge=0, le=1)
+    dataset: str | None = None
+
+
+class ModelManifest(Strict):
+    """One immutable model version: what it computes, what it needs, where its files are.
+
+    ``attributes`` is free-form, with conventional keys: ``training_dataset`` (a name),
+    ``accuracy`` (``{top1, top5, dataset}``, checked when present) and ``weights`` (e.g.
+    ``untrained-placeholder`` for a graph whose weights are not trained).
+    """
+
     kind: Literal["model"] = "model"
     name: str = Field(pattern=NAME_PATTERN)
     version: str
@@ -60,21 +108,51 @@ class ModelManifest(_Strict):
     references: list[str] = Field(default_factory=list)
     task: str | None = None
     framework: FrameworkRequirement
-    inputs: list[TensorSpec] = Field(min_length=1)
-    outputs: list[TensorSpec] = Field(min_length=1)
+    inputs: list[InputSpec] = Field(min_length=1)
+    outputs: list[OutputSpec] = Field(min_length=1)
+    # The graph (or the whole model, when it is one file).
     source: ModelSource
+    # Weights kept in a file of their own, for formats that split them from the graph.
+    weights: ModelSource | None = None
+    hardware: HardwareHints | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("version", mode="before")
+    _semver = field_validator("version", mode="before")(semver)
+
+    @field_validator("inputs", "outputs")
     @classmethod
-    def _semver(cls, value: object) -> object:
-        # YAML reads `version: 1.2` as a number; say what is wrong with it as a version.
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            value = str(value)
-        if isinstance(value, str):
-            parse_version(value)
+    def _unique_names(cls, value: list[TensorSpec]) -> list[TensorSpec]:
+        names = [spec.name for spec in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"tensor names must be unique, repeated: {', '.join(twice)}")
+        return value
+
+    @field_validator("attributes")
+    @classmethod
+    def _conventional_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if "accuracy" in value:
+            try:
+                Accuracy.model_validate(value["accuracy"])
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in ("accuracy", *err["loc"]))
+                raise ValueError(f"{where}: {err['msg']}") from None
         return value
 
     @property
     def ref(self) -> str:
         return f"{self.name}@{self.version}"
+
+    @property
+    def sources(self) -> dict[str, ModelSource]:
+        """Every file to fetch, by role: ``graph``, and ``weights`` when there is one."""
+        files = {"graph": self.source}
+        if self.weights is not None:
+            files["weights"] = self.weights
+        return files
+
+    @property
+    def accuracy(self) -> Accuracy | None:
+        value = self.attributes.get("accuracy")
+        return None if value is None else Accuracy.model_validate(value)

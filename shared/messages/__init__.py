@@ -26,7 +26,19 @@ from shared.messages.evaluation import (
     evaluation_stream,
     failure_caused_by,
 )
-from shared.messages.registry import ListModels, ModelList, ResolvedModel, ResolveModel
+from shared.messages.registry import (
+    ArtifactDeprecated,
+    ArtifactRegistered,
+    DeprecateArtifact,
+    DeprecationResult,
+    ListModels,
+    ModelList,
+    RegisterArtifact,
+    RegistrationResult,
+    ResolvedModel,
+    ResolveModel,
+    artifact_stream,
+)
 from shared.messages.routing import Topology, job_key, rpc_key
 
 __all__ = [
@@ -36,6 +48,10 @@ __all__ = [
     "AgentOffline",
     "AgentOnline",
     "AgentsDiscover",
+    "ArtifactDeprecated",
+    "ArtifactRegistered",
+    "DeprecateArtifact",
+    "DeprecationResult",
     "Envelope",
     "EvaluationCompleted",
     "EvaluationFailed",
@@ -50,12 +66,15 @@ __all__ = [
     "ListModels",
     "ModelList",
     "Payload",
+    "RegisterArtifact",
+    "RegistrationResult",
     "ResolveModel",
     "ResolvedModel",
     "RunEvaluation",
     "Scenario",
     "Topology",
     "agent_stream",
+    "artifact_stream",
     "decode",
     "encode",
     "evaluation_stream",

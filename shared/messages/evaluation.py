@@ -18,7 +18,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.manifests import ModelManifest
+from shared.manifests import FrameworkName, Hardware, ModelManifest
 from shared.messages.envelope import Envelope, Payload
 
 __all__ = [
@@ -40,8 +40,8 @@ __all__ = [
     "failure_caused_by",
 ]
 
-Framework = Literal["onnxruntime", "pytorch", "tensorflow", "tensorrt", "opencl"]
-Hardware = Literal["cpu", "gpu", "fpga"]
+# One definition, with the manifests that name them too.
+Framework = FrameworkName
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 HARDWARE: tuple[str, ...] = get_args(Hardware)
 FailureStage = Literal["validation", "scheduling", "artifact", "predictor", "analysis", "timeout"]

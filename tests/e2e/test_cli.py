@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,20 @@ import pytest
 from shared.config import REPOSITORY_ROOT
 
 pytestmark = pytest.mark.e2e
+
+SQUEEZENET = (
+    Path(importlib.util.find_spec("onnx").origin).parent  # type: ignore[arg-type,union-attr]
+    / "backend/test/data/light/light_squeezenet.onnx"
+)
+MANIFEST = """
+name: my-net
+version: 1.0.0
+description: my own copy of squeezenet
+framework: {name: onnxruntime}
+inputs: [{name: data_0, shape: [1, 3, 224, 224]}]
+outputs: [{name: softmaxout_1, shape: [1, 1000, 1, 1]}]
+source: {uri: net.onnx, sha256: 770b0f3c8623e18bf58b53754d710051b4c268248422142980a132bbe6dfe908}
+"""
 
 
 def dlscope(home: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
@@ -81,14 +97,42 @@ def test_projections_rebuild_from_the_stored_events(tmp_path: Path) -> None:
     assert "projections rebuilt from" in result.stdout
 
 
-def test_models_lists_the_built_in_zoo(tmp_path: Path) -> None:
-    result = dlscope(tmp_path, "models")
-    assert result.returncode == 0
+def test_models_list_shows_the_built_in_zoo(tmp_path: Path) -> None:
+    result = dlscope(tmp_path, "models", "list")
+    assert result.returncode == 0, result.stderr
     assert "squeezenet" in result.stdout
     assert "1.0.0" in result.stdout
+
+
+def test_a_user_registers_a_manifest_and_runs_it_by_name(tmp_path: Path) -> None:
+    shutil.copy(SQUEEZENET, tmp_path / "net.onnx")
+    (tmp_path / "net.yaml").write_text(MANIFEST)
+
+    registered = dlscope(tmp_path, "models", "register", str(tmp_path / "net.yaml"))
+    assert registered.returncode == 0, registered.stderr
+    assert "my-net@1.0.0: registered" in registered.stdout
+
+    run = dlscope(tmp_path, "run", "my-net", "--version", ">=1,<2", "-n", "5")
+    assert run.returncode == 0, run.stderr
+    assert "my-net 1.0.0 on onnxruntime" in " ".join(run.stdout.split())
+
+    (tmp_path / "net.yaml").write_text(MANIFEST.replace("my own", "a changed"))
+    changed = dlscope(tmp_path, "models", "register", str(tmp_path / "net.yaml"))
+    assert changed.returncode == 1
+    assert "my-net@1.0.0 is already registered with different content" in changed.stderr
+
+
+def test_registering_a_file_that_does_not_match_its_checksum_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "net.onnx").write_bytes(b"not the model")
+    (tmp_path / "net.yaml").write_text(MANIFEST)
+    result = dlscope(tmp_path, "models", "register", str(tmp_path / "net.yaml"))
+    assert result.returncode == 1
+    assert "sha256 mismatch" in result.stderr
+    listed = dlscope(tmp_path, "models", "list")
+    assert "my-net" not in listed.stdout
 
 
 def test_db_upgrade_reports_the_revision(tmp_path: Path) -> None:
     result = dlscope(tmp_path, "db", "upgrade")
     assert result.returncode == 0, result.stderr
-    assert "event store at revision 0001" in result.stdout
+    assert "event store at revision 0002" in result.stdout

@@ -1,0 +1,204 @@
+"""``dlscope models``: the registry from the command line.
+
+Without ``--gateway`` the commands work on the embedded registry (the SQLite store under
+DLSCOPE_HOME, which ``dlscope run`` uses); with it, on a running deployment over HTTP.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from shared.config import Settings
+from shared.errors import DlscopeError
+from shared.manifests import ModelManifest, load_manifest
+from shared.messages import (
+    DeprecateArtifact,
+    DeprecationResult,
+    RegisterArtifact,
+    RegistrationResult,
+)
+
+__all__ = ["models"]
+
+models = typer.Typer(
+    help="The model registry: list, show, register, deprecate.", no_args_is_help=True
+)
+console = Console()
+errors = Console(stderr=True)
+
+Gateway = Annotated[
+    str | None,
+    typer.Option(envvar="DLSCOPE_GATEWAY_URL", help="a running gateway; default: embedded"),
+]
+Token = Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")]
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
+    return typer.Exit(code)
+
+
+def _run(coroutine: Any) -> Any:
+    import uvloop
+
+    try:
+        return uvloop.run(coroutine)
+    except DlscopeError as exc:
+        raise _fail(str(exc)) from exc
+
+
+def _settings() -> Settings:
+    from dlscope.embedded import embedded_settings
+
+    return embedded_settings(Settings())
+
+
+def _http(gateway: str, token: str | None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=gateway, headers=headers, timeout=30)
+
+
+def _call(client: httpx.Client, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    try:
+        return client.request(method, url, **kwargs)
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach the gateway at {client.base_url}: {exc}", 2) from exc
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["detail"])
+    except (ValueError, KeyError):
+        return response.text
+
+
+@models.command("list")
+def list_models(
+    gateway: Gateway = None,
+    framework: Annotated[str | None, typer.Option(help="only models for this framework")] = None,
+    task: Annotated[str | None, typer.Option(help="only models for this task")] = None,
+    name: Annotated[str | None, typer.Option(help="only versions of this model")] = None,
+    deprecated: Annotated[bool, typer.Option("--deprecated", help="include them")] = False,
+    token: Token = None,
+) -> None:
+    """The registered models: the built-in zoo and what users registered."""
+    if gateway:
+        params = {
+            "framework": framework,
+            "task": task,
+            "name": name,
+            "include_deprecated": str(deprecated).lower(),
+        }
+        with _http(gateway, token) as client:
+            response = _call(
+                client,
+                "GET",
+                "/v1/models",
+                params={k: v for k, v in params.items() if v is not None},
+            )
+        if response.status_code != 200:
+            raise _fail(f"the gateway answered {response.status_code}: {_detail(response)}")
+        rows = [
+            (m["name"], m["version"], m["framework"], m["task"], m["deprecated"], m["description"])
+            for m in response.json()
+        ]
+    else:
+        from dlscope.embedded import list_models as embedded_list
+
+        views = _run(
+            embedded_list(
+                _settings(),
+                name=name,
+                framework=framework,
+                task=task,
+                include_deprecated=deprecated,
+            )
+        )
+        rows = [
+            (
+                v.name,
+                v.version,
+                v.framework,
+                v.task,
+                v.deprecated,
+                str(v.manifest.get("description", "")),
+            )
+            for v in views
+        ]
+    table = Table(title="registered models")
+    for column in ("name", "version", "framework", "task", "description"):
+        table.add_column(column)
+    for model, version, fw, model_task, is_deprecated, description in rows:
+        table.add_row(
+            model,
+            version + (" (deprecated)" if is_deprecated else ""),
+            fw or "",
+            model_task or "",
+            description,
+        )
+    console.print(table)
+
+
+@models.command("register")
+def register(
+    file: Annotated[Path, typer.Argument(help="a model manifest (YAML); see docs/manifests.md")],
+    gateway: Gateway = None,
+    token: Token = None,
+) -> None:
+    """Register a model manifest. Versions are immutable: change means a new version."""
+    try:
+        manifest = load_manifest(file)
+    except DlscopeError as exc:
+        raise _fail(str(exc), 2) from exc
+    if not isinstance(manifest, ModelManifest):
+        raise _fail(f"{file}: a {manifest.kind} manifest; `models register` takes models", 2)
+    body = manifest.model_dump(mode="json")  # relative sources now absolute
+    if gateway:
+        with _http(gateway, token) as client:
+            response = _call(client, "POST", "/v1/models", json=body)
+        if response.status_code not in (200, 201):
+            raise _fail(f"{file}: refused ({response.status_code}): {_detail(response)}")
+        created = response.json()["created"]
+    else:
+        from dlscope.embedded import ask_registry
+
+        reply = _run(ask_registry(_settings(), "register", RegisterArtifact(manifest=body)))
+        result = reply.open(RegistrationResult)
+        if result.manifest is None:
+            raise _fail(f"{file}: refused: {result.error}")
+        created = result.created
+    state = "registered" if created else "already registered, unchanged"
+    console.print(f"{manifest.ref}: {state}")
+
+
+@models.command("deprecate")
+def deprecate(
+    name: str,
+    version: str,
+    reason: Annotated[str, typer.Option(help="why; shown to users")],
+    gateway: Gateway = None,
+    token: Token = None,
+) -> None:
+    """Deprecate a version: constraints stop choosing it; an exact pin still does."""
+    if gateway:
+        with _http(gateway, token) as client:
+            response = _call(
+                client, "POST", f"/v1/models/{name}/{version}/deprecate", json={"reason": reason}
+            )
+        if response.status_code != 204:
+            raise _fail(f"refused ({response.status_code}): {_detail(response)}")
+    else:
+        from dlscope.embedded import ask_registry
+
+        call = DeprecateArtifact(name=name, version=version, reason=reason)
+        error = _run(ask_registry(_settings(), "deprecate", call)).open(DeprecationResult).error
+        if error is not None:
+            raise _fail(error)
+    console.print(f"{name}@{version}: deprecated")

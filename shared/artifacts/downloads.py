@@ -1,0 +1,68 @@
+"""Streaming an ``http(s)://`` source, bounded in size and time, with errors a user can act on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+
+from shared.artifacts.digests import CHUNK
+from shared.artifacts.limits import ArtifactLimits
+from shared.errors import ArtifactError
+
+__all__ = ["download"]
+
+# The sha256 pins the file's bytes: ask for them as stored, not re-encoded on the way, so
+# Content-Length is the size of the file itself.
+_HEADERS = {"Accept-Encoding": "identity"}
+
+
+@contextmanager
+def download(uri: str, limits: ArtifactLimits) -> Iterator[Iterator[bytes]]:
+    """The body of ``uri``, chunk by chunk; every failure becomes an ``ArtifactError``.
+
+    httpx errors raised while the caller iterates the chunks surface here too, so they are
+    translated whether they happen on connecting or halfway through the body.
+    """
+    timeout = limits.download_timeout_s
+    try:
+        with (
+            httpx.Client(
+                timeout=httpx.Timeout(timeout), follow_redirects=True, headers=_HEADERS
+            ) as client,
+            client.stream("GET", uri) as response,
+        ):
+            if not response.is_success:
+                raise ArtifactError(
+                    f"{uri}: download failed with HTTP {response.status_code} "
+                    f"{response.reason_phrase}"
+                )
+            declared = response.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > limits.max_download_bytes:
+                raise ArtifactError(
+                    f"{uri}: too large to download: Content-Length is {int(declared)} bytes, "
+                    f"over the limit of {limits.max_download_bytes} (max_download_bytes)"
+                )
+            yield _capped(response.iter_bytes(CHUNK), uri, limits.max_download_bytes)
+    except httpx.TimeoutException as exc:
+        raise ArtifactError(
+            f"{uri}: download timed out ({type(exc).__name__}: no progress for {timeout} s)"
+        ) from exc
+    except httpx.ConnectError as exc:
+        raise ArtifactError(f"{uri}: cannot connect to the server: {exc}") from exc
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise ArtifactError(f"{uri}: download failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _capped(chunks: Iterator[bytes], uri: str, limit: int) -> Iterator[bytes]:
+    # Content-Length may be absent or wrong; the bytes actually received are what fill a disk.
+    received = 0
+    for chunk in chunks:
+        received += len(chunk)
+        if received > limit:
+            raise ArtifactError(
+                f"{uri}: too large to download: more than {limit} bytes received "
+                "(max_download_bytes)"
+            )
+        yield chunk

@@ -1,0 +1,50 @@
+"""What a source URI names: a local file (path, ``file://``, ``pkg://``) or a download."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote, urlparse
+
+from shared.errors import ArtifactError
+
+__all__ = ["file_name", "is_remote", "locate"]
+
+_REMOTE = frozenset({"http", "https"})
+
+
+def is_remote(uri: str) -> bool:
+    """Whether ``uri`` is downloaded (``http://``, ``https://``) rather than read locally."""
+    return urlparse(uri).scheme in _REMOTE
+
+
+def locate(uri: str) -> Path:
+    """The local file a source URI names: a path, ``file://`` or ``pkg://<package>/<path>``."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "pkg":
+        spec = importlib.util.find_spec(parsed.netloc)
+        if spec is None or not spec.submodule_search_locations:
+            raise ArtifactError(f"{uri}: Python package {parsed.netloc!r} is not installed")
+        root = Path(next(iter(spec.submodule_search_locations)))
+        return root / parsed.path.lstrip("/")
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
+        return Path(uri)
+    if parsed.scheme in _REMOTE:
+        raise ArtifactError(f"{uri}: a {parsed.scheme} source is not a local file; fetch it")
+    raise ArtifactError(
+        f"{uri}: unsupported source scheme {parsed.scheme!r} "
+        "(use a path, file://, pkg://, http:// or https://)"
+    )
+
+
+def file_name(uri: str) -> str:
+    """The name the cached copy takes: the last path component, as the source names it."""
+    if not is_remote(uri):
+        return locate(uri).name
+    # Only the URL's path counts: a query string is not part of the file's name, and a
+    # decoded "%2F" must not smuggle a directory into the cache.
+    name = PurePosixPath(unquote(urlparse(uri).path)).name
+    return name if name not in ("", ".", "..") else "artifact"

@@ -1,0 +1,106 @@
+"""Building blocks every manifest kind shares: strict models, names, versions, local paths.
+
+Paths written in a manifest are relative to the manifest's own file. They are made absolute
+while the file is read (``load_manifest`` passes the manifest's folder in the pydantic
+validation context), so a manifest means the same thing wherever dlscope runs from. A
+manifest validated without that context (one received in a message, already absolute) is
+left as it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Tag, ValidationInfo
+
+from shared.manifests.versions import parse_version
+
+__all__ = [
+    "MANIFEST_DIR",
+    "NAME_PATTERN",
+    "SHA256_PATTERN",
+    "UNION_TAGS",
+    "ElementType",
+    "FrameworkName",
+    "Hardware",
+    "Labels",
+    "Strict",
+    "check_dims",
+    "is_loading",
+    "labels_file",
+    "resolve_local",
+    "semver",
+]
+
+ElementType = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
+# The same names as shared.messages.evaluation.Framework/Hardware (which imports this package,
+# so it cannot be imported from here).
+FrameworkName = Literal["onnxruntime", "pytorch", "tensorflow", "tensorrt", "opencl"]
+Hardware = Literal["cpu", "gpu", "fpga"]
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+# Tags of the unions of this schema. pydantic puts them in error paths (labels.names.3), but
+# a manifest file has no such level, so error messages leave them out (labels.3).
+UNION_TAGS = frozenset({"file", "names", "range", "indices"})
+# Key of the validation context that holds the folder of the manifest file being read.
+MANIFEST_DIR = "manifest_dir"
+
+
+class Strict(BaseModel):
+    """Immutable, and a misspelt field is an error rather than silently ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _labels_kind(value: Any) -> str | None:
+    return "file" if isinstance(value, str) else "names" if isinstance(value, list) else None
+
+
+# Class names (index i is class i), or the path of a UTF-8 text file with one name per line.
+Labels = Annotated[
+    Annotated[str, Tag("file")] | Annotated[list[str], Tag("names")],
+    Discriminator(
+        _labels_kind,
+        custom_error_type="labels",
+        custom_error_message="Input should be the path of a labels file or a list of class names",
+    ),
+]
+
+
+def is_loading(info: ValidationInfo) -> bool:
+    """Whether this validation reads a manifest file (rather than re-checks a received one)."""
+    return isinstance(info.context, dict) and MANIFEST_DIR in info.context
+
+
+def resolve_local(value: str, info: ValidationInfo) -> str:
+    """``value`` made absolute against the manifest's folder, if it is a relative path."""
+    if not is_loading(info) or "://" in value or Path(value).is_absolute():
+        return value
+    base = Path(info.context[MANIFEST_DIR])  # type: ignore[index]
+    return str((base / value).resolve())
+
+
+def labels_file(value: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
+    """Validator body for ``labels``: a list stays; a file path is resolved and must exist."""
+    if not isinstance(value, str):
+        return value
+    resolved = resolve_local(value, info)
+    if is_loading(info) and not Path(resolved).is_file():
+        raise ValueError(f"labels file {resolved} does not exist")
+    return resolved
+
+
+def semver(value: Any) -> Any:
+    """Validator body for a semantic version; YAML reads ``version: 1.2`` as a number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, str):
+        parse_version(value)
+    return value
+
+
+def check_dims(value: list[int] | None) -> list[int] | None:
+    if value is not None and any(d == 0 or d < -1 for d in value):
+        raise ValueError("dimensions must be positive, or -1 for a dimension set at run time")
+    return value

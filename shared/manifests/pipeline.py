@@ -1,0 +1,122 @@
+"""Checks that a tensor's steps can produce the tensor it declares, before anything runs.
+
+A manifest whose steps end in uint8 while the model takes float32, or crop 224x224 images for
+a model that takes 299x299, would fail (or, worse, be silently converted) deep inside a
+framework. Walking the steps to what they produce catches that when the manifest is read. A
+plugin step can change anything, so what comes before it is forgotten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from shared.manifests.steps import (
+    CastStep,
+    ColorStep,
+    CropStep,
+    DecodeStep,
+    InputStep,
+    LayoutStep,
+    NormalizeStep,
+    OutputStep,
+    PluginStep,
+    ResizeStep,
+    TopKStep,
+)
+
+__all__ = ["check_input_steps", "check_output_steps"]
+
+
+@dataclass(frozen=True)
+class _Produced:
+    """What the steps so far are known to produce; None where a step made it unknown."""
+
+    dtype: str | None = None
+    size: tuple[int, int] | None = None
+    channels: int | None = None
+    # Raw image arrays are taken to be channels-last (HWC), as Pillow and decode give them.
+    layout: str | None = "NHWC"
+
+
+def _after(produced: _Produced, step: InputStep) -> _Produced:
+    match step:
+        case DecodeStep(color_mode=mode):
+            return replace(produced, dtype="uint8", channels=1 if mode == "GRAY" else 3)
+        case ResizeStep(size=size, keep_aspect=keep):
+            return replace(produced, size=None if keep else size)
+        case CropStep(size=size):
+            return replace(produced, size=size)
+        case NormalizeStep(mean=mean):
+            if produced.channels is not None and len(mean) not in (1, produced.channels):
+                raise ValueError(
+                    f"normalize gives {len(mean)} means for images with {produced.channels} "
+                    "channel(s): give one per channel, or one for all"
+                )
+            return replace(produced, dtype="float32")
+        case LayoutStep(to=to):
+            return replace(produced, layout=to)
+        case ColorStep(to=to):
+            return replace(produced, channels=1 if to == "GRAY" else 3)
+        case CastStep(dtype=dtype):
+            return replace(produced, dtype=dtype)
+        case _:  # a plugin
+            return _Produced(layout=None)
+
+
+def _check_decode_first(steps: Sequence[InputStep]) -> None:
+    seen_builtin = False
+    for step in steps:
+        if isinstance(step, DecodeStep) and seen_builtin:
+            raise ValueError("decode must come before every other built-in step, and only once")
+        seen_builtin = seen_builtin or not isinstance(step, PluginStep)
+
+
+def check_input_steps(
+    steps: Sequence[InputStep], *, element_type: str, shape: Sequence[int], layout: str | None
+) -> None:
+    """Raise ``ValueError`` saying what to change when ``steps`` cannot give this tensor."""
+    if not steps:
+        return
+    _check_decode_first(steps)
+    produced = _Produced()
+    for step in steps:
+        produced = _after(produced, step)
+    if produced.dtype is not None and produced.dtype != element_type:
+        raise ValueError(
+            f"the steps produce {produced.dtype} but element_type is {element_type}: end them "
+            f"with {{op: cast, dtype: {element_type}}}"
+        )
+    if produced.layout is None:
+        return
+    if layout is not None and layout != produced.layout:
+        raise ValueError(
+            f"the steps produce {produced.layout} but layout is {layout}: end them with "
+            f"{{op: layout, to: {layout}}}"
+        )
+    if len(shape) != 4:
+        return
+    dims = dict(zip(produced.layout, shape, strict=True))
+    height, width = produced.size or (None, None)
+    for axis, value in (("H", height), ("W", width), ("C", produced.channels)):
+        if value is not None and dims[axis] not in (-1, value):
+            raise ValueError(
+                f"the steps produce {_describe(produced)} but shape is {list(shape)} "
+                f"({produced.layout})"
+            )
+
+
+def _describe(produced: _Produced) -> str:
+    parts = []
+    if produced.size is not None:
+        parts.append(f"{produced.size[0]}x{produced.size[1]} images")
+    if produced.channels is not None:
+        parts.append(f"{produced.channels} channel{'s' if produced.channels > 1 else ''}")
+    return " with ".join(parts)
+
+
+def check_output_steps(steps: Sequence[OutputStep]) -> None:
+    # top-k turns a tensor into indices, scores and labels: nothing after it has a tensor.
+    for position, step in enumerate(steps):
+        if isinstance(step, TopKStep) and position != len(steps) - 1:
+            raise ValueError("topk must be the last step")

@@ -1,0 +1,234 @@
+"""The registry's contract, as a user meets it through the gateway: the same story on the
+embedded stack (memory broker, SQLite) and on RabbitMQ + PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from dlscope.embedded import all_services
+from services.registry import RegistryService
+from shared.config import Settings
+from shared.messaging import create_broker
+from shared.runtime import Runtime, Service, running
+from shared.telemetry import Telemetry
+from tests.rabbitmq import purge_namespace
+
+SQUEEZENET = "pkg://onnx/backend/test/data/light/light_squeezenet.onnx"
+SQUEEZENET_SHA = "770b0f3c8623e18bf58b53754d710051b4c268248422142980a132bbe6dfe908"
+
+
+def manifest(name: str = "my-net", version: str = "1.0.0", **changes: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "version": version,
+        "description": "a user's own model",
+        "framework": {"name": "onnxruntime"},
+        "inputs": [{"name": "data_0", "shape": [1, 3, 224, 224]}],
+        "outputs": [{"name": "softmaxout_1", "shape": [1, 1000, 1, 1]}],
+        "source": {"uri": SQUEEZENET, "sha256": SQUEEZENET_SHA},
+        **changes,
+    }
+
+
+class Stack:
+    def __init__(self, runtime: Runtime, http: httpx.AsyncClient, services: list[Service]):
+        self.runtime = runtime
+        self.http = http
+        self.services = services
+
+    async def eventually(self, probe: Callable[[], Awaitable[Any]]) -> Any:
+        async with asyncio.timeout(30):
+            while not (value := await probe()):
+                await asyncio.sleep(0.05)
+            return value
+
+    async def listed(self, name: str, version: str) -> bool:
+        response = await self.http.get(f"/v1/models/{name}")
+        return response.status_code == 200 and version in {m["version"] for m in response.json()}
+
+    async def evaluate(self, model: str, version: str = "*") -> dict[str, Any]:
+        response = await self.http.post(
+            "/v1/evaluations",
+            json={
+                "model": model,
+                "version": version,
+                "framework": "onnxruntime",
+                "scenario": {"iterations": 3, "warmup": 0},
+            },
+        )
+        assert response.status_code == 202, response.text
+        evaluation_id = response.json()["id"]
+
+        async def outcome() -> dict[str, Any] | None:
+            got = await self.http.get(f"/v1/evaluations/{evaluation_id}")
+            body: dict[str, Any] = got.json()
+            return (
+                body
+                if got.status_code == 200 and body["status"] in ("completed", "failed")
+                else None
+            )
+
+        result: dict[str, Any] = await self.eventually(outcome)
+        return result
+
+
+@pytest.fixture(
+    params=[
+        "embedded",
+        pytest.param("rabbitmq+postgres", marks=[pytest.mark.rabbitmq, pytest.mark.postgres]),
+    ]
+)
+async def stack(
+    request: pytest.FixtureRequest, tmp_path: Path, namespace: str
+) -> AsyncIterator[Stack]:
+    if request.param == "embedded":
+        settings = Settings(home=tmp_path, namespace=namespace)
+    else:
+        settings = Settings(
+            home=tmp_path,
+            namespace=namespace,
+            broker_url=request.getfixturevalue("rabbitmq_url"),
+            database_url=request.getfixturevalue("postgres_url"),
+        )
+    runtime = Runtime(
+        settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
+    )
+    services = all_services(runtime, [("onnxruntime", "cpu")], gateway=("127.0.0.1", 0))
+    try:
+        async with running(services):
+            port = services[-1].port  # type: ignore[attr-defined]
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+                stack = Stack(runtime, http, services)
+                await stack.eventually(lambda: stack.listed("squeezenet", "1.0.0"))
+                yield stack
+    finally:
+        await runtime.close()
+        if request.param != "embedded":
+            await purge_namespace(settings.broker_url, namespace)
+
+
+async def test_the_built_in_zoo_is_registered_and_listed(stack: Stack) -> None:
+    models = (await stack.http.get("/v1/models", params={"framework": "onnxruntime"})).json()
+    assert "squeezenet" in {m["name"] for m in models}
+    detail = (await stack.http.get("/v1/models/squeezenet/1.0.0")).json()
+    assert detail["manifest"]["source"]["sha256"] == SQUEEZENET_SHA
+    assert (await stack.http.get("/v1/models", params={"framework": "pytorch"})).json() == []
+
+
+async def test_a_user_registers_a_manifest_and_evaluates_it_by_name_and_constraint(
+    stack: Stack,
+) -> None:
+    for version in ("1.0.0", "1.1.0", "2.0.0"):
+        response = await stack.http.post("/v1/models", json=manifest(version=version))
+        assert response.status_code == 201, response.text
+        assert response.json()["created"] is True
+    await stack.eventually(lambda: stack.listed("my-net", "2.0.0"))
+
+    evaluation = await stack.evaluate("my-net", ">=1,<2")
+    assert evaluation["status"] == "completed", evaluation["error"]
+    assert evaluation["model_version"] == "1.1.0"
+
+
+async def test_a_manifest_can_be_sent_as_yaml(stack: Stack) -> None:
+    response = await stack.http.post(
+        "/v1/models",
+        content=yaml.safe_dump(manifest(name="yaml-net")),
+        headers={"content-type": "application/yaml"},
+    )
+    assert response.status_code == 201, response.text
+
+
+async def test_versions_are_immutable(stack: Stack) -> None:
+    assert (await stack.http.post("/v1/models", json=manifest())).status_code == 201
+    again = await stack.http.post("/v1/models", json=manifest())
+    assert (again.status_code, again.json()["created"]) == (200, False)
+
+    changed = await stack.http.post("/v1/models", json=manifest(description="other"))
+    assert changed.status_code == 409
+    assert "my-net@1.0.0 is already registered with different content" in changed.json()["detail"]
+    await stack.eventually(lambda: stack.listed("my-net", "1.0.0"))
+    stored = (await stack.http.get("/v1/models/my-net/1.0.0")).json()
+    assert stored["manifest"]["description"] == "a user's own model"
+
+
+@pytest.mark.parametrize(
+    ("submitted", "message"),
+    [
+        (manifest(version="1.0"), "version: Value error, '1.0' is not a semantic version"),
+        (manifest(colour="red"), "colour: Extra inputs are not permitted"),
+        (
+            manifest(source={"uri": "model.onnx", "sha256": SQUEEZENET_SHA}),
+            "source.uri: a registered manifest must name its model file absolutely",
+        ),
+        (
+            manifest(source={"uri": SQUEEZENET, "sha256": "0" * 64}),
+            "source: pkg://onnx/backend/test/data/light/light_squeezenet.onnx: sha256 mismatch",
+        ),
+        (
+            manifest(source={"uri": "/no/such/model.onnx", "sha256": SQUEEZENET_SHA}),
+            "source: /no/such/model.onnx: model file not found",
+        ),
+    ],
+)
+async def test_a_bad_manifest_is_refused_naming_the_field_and_nothing_is_registered(
+    stack: Stack, submitted: dict[str, Any], message: str
+) -> None:
+    response = await stack.http.post("/v1/models", json=submitted)
+    assert response.status_code == 422
+    assert message in response.json()["detail"]
+    assert (await stack.http.get("/v1/models/my-net")).status_code == 404
+
+
+async def test_a_body_that_is_neither_json_nor_yaml_is_refused(stack: Stack) -> None:
+    response = await stack.http.post(
+        "/v1/models", content=b"name=x", headers={"content-type": "text/plain"}
+    )
+    assert response.status_code == 415
+
+
+async def test_a_deprecated_version_is_chosen_only_when_pinned(stack: Stack) -> None:
+    for version in ("1.0.0", "1.1.0"):
+        assert (
+            await stack.http.post("/v1/models", json=manifest(version=version))
+        ).status_code == 201
+    response = await stack.http.post(
+        "/v1/models/my-net/1.1.0/deprecate", json={"reason": "wrong preprocessing"}
+    )
+    assert response.status_code == 204
+
+    assert (await stack.evaluate("my-net"))["model_version"] == "1.0.0"
+    assert (await stack.evaluate("my-net", "==1.1.0"))["model_version"] == "1.1.0"
+
+    async def shown_deprecated() -> bool:
+        versions = (await stack.http.get("/v1/models/my-net")).json()
+        return any(
+            v["deprecated"] and v["deprecation_reason"] == "wrong preprocessing" for v in versions
+        )
+
+    await stack.eventually(shown_deprecated)
+    missing = await stack.http.post("/v1/models/my-net/9.9.9/deprecate", json={"reason": "x"})
+    assert missing.status_code == 404
+
+
+async def test_registrations_survive_a_registry_restart(stack: Stack) -> None:
+    assert (await stack.http.post("/v1/models", json=manifest())).status_code == 201
+    await stack.eventually(lambda: stack.listed("my-net", "1.0.0"))
+    old = next(s for s in stack.services if isinstance(s, RegistryService))
+    await old.stop()
+
+    restarted = RegistryService(stack.runtime)
+    await restarted.start()
+    try:
+        # Its state came back from the log, not from the old instance.
+        assert restarted.catalog.resolve("my-net").version == "1.0.0"
+        evaluation = await stack.evaluate("my-net")
+        assert evaluation["status"] == "completed", evaluation["error"]
+    finally:
+        await restarted.stop()
