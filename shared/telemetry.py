@@ -20,6 +20,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -43,10 +44,16 @@ class Telemetry:
         *,
         extra_processor: SpanProcessor | None = None,
     ) -> Telemetry:
+        exporting = bool(settings.otlp_endpoint) or extra_processor is not None
         provider = TracerProvider(
             resource=Resource.create(
                 {"service.name": service_name, "service.namespace": settings.namespace}
-            )
+            ),
+            # Spans nobody exports are not recorded (every message pays for a recorded span),
+            # but they still carry valid ids: trace context propagates and every event keeps
+            # its trace id either way. ALWAYS_ON, not parent-based, when exporting: a caller
+            # that does not sample must not switch dlscope's own tracing off.
+            sampler=ALWAYS_ON if exporting else ALWAYS_OFF,
         )
         if settings.otlp_endpoint:
             # Imported here: the exporter pulls in protobuf, which only tracing users pay for.

@@ -4,6 +4,7 @@ and PostgreSQL; a user submits over HTTP, or publishes straight to RabbitMQ."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -214,3 +215,36 @@ async def test_the_services_stop_cleanly_on_sigterm(tmp_path: Path, rabbitmq_url
         deployed.stop_all()
         await drop_database()
         await purge_namespace(rabbitmq_url, deployed.namespace)
+
+
+@pytest.mark.skipif(
+    shutil.which("rabbitmqctl") is None, reason="needs rabbitmqctl to drop connections"
+)
+async def test_the_services_recover_when_the_broker_drops_every_connection(
+    http: httpx.AsyncClient,
+) -> None:
+    # What a broker restart does to its clients; robust connections must reconnect by
+    # themselves, with no service restarted.
+    dropped = await asyncio.create_subprocess_exec(
+        "rabbitmqctl", "close_all_connections", "dlscope test", stderr=asyncio.subprocess.PIPE
+    )
+    _, stderr = await dropped.communicate()
+    assert dropped.returncode == 0, stderr.decode()
+
+    async def accepted() -> dict[str, Any] | None:
+        try:
+            response = await http.post(
+                "/v1/evaluations",
+                json={
+                    "model": "squeezenet",
+                    "framework": "onnxruntime",
+                    "scenario": {"iterations": 3},
+                },
+            )
+        except httpx.TransportError:
+            return None
+        body: dict[str, Any] = response.json()
+        return body if response.status_code == 202 else None
+
+    evaluation = await completed(http, (await eventually(accepted))["id"])
+    assert evaluation["result"]["count"] == 3
