@@ -73,7 +73,9 @@ def test_run_evaluates_the_built_in_model_and_writes_the_full_result(tmp_path: P
 def test_run_of_an_unknown_model_fails_naming_it(tmp_path: Path) -> None:
     result = dlscope(tmp_path, "run", "resnet9000")
     assert result.returncode == 1
-    assert "unknown model 'resnet9000'; registered models: squeezenet" in result.stderr
+    assert "unknown model 'resnet9000'; registered models: " in result.stderr
+    assert "resnet50" in result.stderr
+    assert "squeezenet" in result.stderr
 
 
 def test_run_on_an_unknown_framework_is_refused_before_anything_starts(tmp_path: Path) -> None:
