@@ -15,13 +15,12 @@ from pydantic import (
 )
 
 from shared.manifests.fields import (
-    NAME_PATTERN,
     ElementType,
     Labels,
     Strict,
+    Versioned,
     check_dims,
     labels_file,
-    semver,
 )
 from shared.manifests.sources import DatasetSource
 
@@ -75,7 +74,7 @@ class SampleSpec(Strict):
         return self
 
 
-class DatasetManifest(Strict):
+class DatasetManifest(Versioned):
     """One immutable data set version.
 
     - ``samples``: how many there are; samples are numbered 0 to samples - 1.
@@ -86,19 +85,11 @@ class DatasetManifest(Strict):
     """
 
     kind: Literal["dataset"] = "dataset"
-    name: str = Field(pattern=NAME_PATTERN)
-    version: str
-    description: str = ""
-    license: str | None = None
-    references: list[str] = Field(default_factory=list)
-    task: str | None = None
     source: DatasetSource
     samples: PositiveInt
     splits: dict[str, Split] = Field(default_factory=dict)
     labels: Labels | None = None
     element: SampleSpec
-
-    _semver = field_validator("version", mode="before")(semver)
 
     _labels = field_validator("labels")(labels_file)
 
@@ -114,7 +105,3 @@ class DatasetManifest(Strict):
             if isinstance(split, list) and len(set(split)) != len(split):
                 raise ValueError(f"split {name!r} lists a sample more than once")
         return self
-
-    @property
-    def ref(self) -> str:
-        return f"{self.name}@{self.version}"

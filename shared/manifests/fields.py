@@ -12,7 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Tag, ValidationInfo
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+)
 
 from shared.manifests.versions import parse_version
 
@@ -26,6 +34,7 @@ __all__ = [
     "Hardware",
     "Labels",
     "Strict",
+    "Versioned",
     "check_dims",
     "is_loading",
     "labels_file",
@@ -104,3 +113,20 @@ def check_dims(value: list[int] | None) -> list[int] | None:
     if value is not None and any(d == 0 or d < -1 for d in value):
         raise ValueError("dimensions must be positive, or -1 for a dimension set at run time")
     return value
+
+
+class Versioned(Strict):
+    """What every registered artifact with a semantic version says about itself."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    version: str
+    description: str = ""
+    license: str | None = None
+    references: list[str] = Field(default_factory=list)
+    task: str | None = None
+
+    _semver = field_validator("version", mode="before")(semver)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"

@@ -7,12 +7,11 @@ from typing import Any, Literal
 from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from shared.manifests.fields import (
-    NAME_PATTERN,
     ElementType,
     FrameworkName,
     Strict,
+    Versioned,
     check_dims,
-    semver,
 )
 from shared.manifests.pipeline import check_input_steps, check_output_steps
 from shared.manifests.sources import ModelSource
@@ -92,7 +91,7 @@ class Accuracy(Strict):
     dataset: str | None = None
 
 
-class ModelManifest(Strict):
+class ModelManifest(Versioned):
     """One immutable model version: what it computes, what it needs, where its files are.
 
     ``attributes`` is free-form, with conventional keys: ``training_dataset`` (a name),
@@ -101,12 +100,6 @@ class ModelManifest(Strict):
     """
 
     kind: Literal["model"] = "model"
-    name: str = Field(pattern=NAME_PATTERN)
-    version: str
-    description: str = ""
-    license: str | None = None
-    references: list[str] = Field(default_factory=list)
-    task: str | None = None
     framework: FrameworkRequirement
     inputs: list[InputSpec] = Field(min_length=1)
     outputs: list[OutputSpec] = Field(min_length=1)
@@ -116,8 +109,6 @@ class ModelManifest(Strict):
     weights: ModelSource | None = None
     hardware: HardwareHints | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
-
-    _semver = field_validator("version", mode="before")(semver)
 
     @field_validator("inputs", "outputs")
     @classmethod
@@ -139,10 +130,6 @@ class ModelManifest(Strict):
                 where = ".".join(str(p) for p in ("accuracy", *err["loc"]))
                 raise ValueError(f"{where}: {err['msg']}") from None
         return value
-
-    @property
-    def ref(self) -> str:
-        return f"{self.name}@{self.version}"
 
     @property
     def sources(self) -> dict[str, ModelSource]:
