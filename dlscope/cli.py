@@ -59,6 +59,8 @@ def _request(
     batch_size: int,
     seed: int,
     requested_by: str,
+    dataset: str | None = None,
+    split: str | None = None,
 ) -> EvaluationRequested:
     if framework not in FRAMEWORKS:
         raise _fail(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}")
@@ -75,6 +77,8 @@ def _request(
             scenario=Scenario(
                 warmup=warmup, iterations=iterations, batch_size=batch_size, seed=seed
             ),
+            dataset=dataset,
+            split=split,
             requested_by=requested_by,
         )
     except ValidationError as exc:
@@ -105,6 +109,11 @@ def _summary_table(evaluation: dict[str, Any]) -> Table:
     ):
         table.add_row(key.removesuffix("_ms").replace("_", " ") + " (ms)", f"{result[key]:.3f}")
     table.add_row("throughput (samples/s)", f"{result['throughput_per_s']:.1f}")
+    accuracy = result.get("accuracy")
+    if accuracy:
+        on = accuracy["dataset"] + (f" {accuracy['split']}" if accuracy["split"] else "")
+        table.add_row(f"top-1 on {on} ({accuracy['samples']} samples)", f"{accuracy['top1']:.4f}")
+        table.add_row("top-5", f"{accuracy['top5']:.4f}")
     return table
 
 
@@ -119,6 +128,11 @@ Iterations = Annotated[int, typer.Option("--iterations", "-n", help="timed queri
 Warmup = Annotated[int, typer.Option(help="untimed queries before timing")]
 BatchSize = Annotated[int, typer.Option("--batch-size", "-b")]
 Seed = Annotated[int, typer.Option(help="seed of the generated inputs")]
+DatasetOpt = Annotated[
+    str | None,
+    typer.Option("--dataset", help="a labelled dataset, e.g. digits: measures top-1/top-5"),
+]
+SplitOpt = Annotated[str | None, typer.Option("--split", help="one split, e.g. test")]
 
 
 @app.command()
@@ -132,6 +146,8 @@ def run(
     warmup: Warmup = 10,
     batch_size: BatchSize = 1,
     seed: Seed = 0,
+    dataset: DatasetOpt = None,
+    split: SplitOpt = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write the full result here")
     ] = None,
@@ -158,6 +174,8 @@ def run(
         batch_size=batch_size,
         seed=seed,
         requested_by="dlscope run",
+        dataset=dataset,
+        split=split,
     )
     settings = embedded_settings(Settings())
     with console.status(f"evaluating {model} on {framework} ({hardware})…"):
@@ -246,6 +264,8 @@ def submit(
     warmup: Warmup = 10,
     batch_size: BatchSize = 1,
     seed: Seed = 0,
+    dataset: DatasetOpt = None,
+    split: SplitOpt = None,
     wait: Annotated[bool, typer.Option(help="wait for the outcome and print it")] = True,
     token: Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")] = None,
 ) -> None:
@@ -262,6 +282,8 @@ def submit(
             "batch_size": batch_size,
             "seed": seed,
         },
+        "dataset": dataset,
+        "split": split,
     }
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     with httpx.Client(base_url=gateway, headers=headers, timeout=30) as client:
@@ -300,6 +322,8 @@ def publish(
     warmup: Warmup = 10,
     batch_size: BatchSize = 1,
     seed: Seed = 0,
+    dataset: DatasetOpt = None,
+    split: SplitOpt = None,
 ) -> None:
     """Publish an evaluation.requested message straight to the broker (DLSCOPE_BROKER_URL)."""
     import uvloop
@@ -318,6 +342,8 @@ def publish(
         batch_size=batch_size,
         seed=seed,
         requested_by="dlscope publish",
+        dataset=dataset,
+        split=split,
     )
     settings = Settings()
     if settings.broker_url.startswith("memory://"):

@@ -28,6 +28,8 @@ from shared.eventstore.views import EvaluationView
 from shared.messages import (
     Envelope,
     EvaluationRequested,
+    ResolveArtifact,
+    ResolvedArtifact,
     ResolvedModel,
     ResolveModel,
     evaluation_stream,
@@ -77,6 +79,24 @@ def create_app(context: GatewayContext) -> FastAPI:
                 status.HTTP_422_UNPROCESSABLE_CONTENT,
                 [{"loc": ["body", field], "msg": resolved.error, "type": "value_error"}],
             )
+        if body.dataset is not None:
+            answer = await context.bus.request(
+                rpc_key("registry", "resolve-artifact"),
+                Envelope.wrap(
+                    ResolveArtifact(
+                        kind="dataset", name=body.dataset, version=body.dataset_version
+                    ),
+                    stream_id="registry",
+                    correlation_id=evaluation_id,
+                ),
+                timeout=context.settings.rpc_timeout_s,
+            )
+            found = answer.open(ResolvedArtifact)
+            if found.manifest is None:
+                raise HTTPException(
+                    status.HTTP_422_UNPROCESSABLE_CONTENT,
+                    [{"loc": ["body", "dataset"], "msg": found.error, "type": "value_error"}],
+                )
         await context.bus.publish(
             Envelope.wrap(
                 EvaluationRequested(
@@ -88,6 +108,9 @@ def create_app(context: GatewayContext) -> FastAPI:
                     hardware=body.hardware,
                     agent_id=body.agent_id,
                     scenario=body.scenario,
+                    dataset=body.dataset,
+                    dataset_version=body.dataset_version,
+                    split=body.split,
                     requested_by="gateway",
                 ),
                 stream_id=evaluation_stream(evaluation_id),

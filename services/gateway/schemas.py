@@ -31,6 +31,11 @@ class EvaluationCreate(BaseModel):
     hardware: Hardware = "cpu"
     agent_id: str | None = Field(default=None, description="pin the evaluation to one agent")
     scenario: Scenario = Field(default_factory=Scenario)
+    dataset: str | None = Field(
+        default=None, description="a labelled dataset: top-1/top-5 accuracy is measured on it"
+    )
+    dataset_version: str = Field(default="*", description="dataset version constraint")
+    split: str | None = Field(default=None, description="one split of the dataset, e.g. test")
 
 
 class EvaluationAccepted(BaseModel):

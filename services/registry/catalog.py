@@ -1,4 +1,4 @@
-"""The registry's catalogue: manifest versions by name, immutable once registered.
+"""The registry's catalogue: manifest versions by kind and name, immutable once registered.
 
 Plain data and logic: the service feeds it what the log says (``learn``) and asks it what a
 new registration or a deprecation would mean before publishing the event that makes it so.
@@ -7,19 +7,18 @@ new registration or a deprecation would mean before publishing the event that ma
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import orjson
 from packaging.version import Version
 
 from shared.errors import ModelNotFound
-from shared.manifests import ModelManifest, matches, parse_constraint
+from shared.manifests import Manifest, matches, parse_constraint
 
 __all__ = ["Catalog", "Entry", "VersionConflict", "digest_of"]
 
 
-def digest_of(manifest: ModelManifest) -> str:
+def digest_of(manifest: Manifest) -> str:
     """sha256 of the manifest's canonical JSON: equal content, equal digest. Fields left at
     their defaults are out of it, so adding an optional field to the schema later does not
     change the digest of every manifest registered before."""
@@ -35,68 +34,71 @@ class VersionConflict(ModelNotFound):
 
 @dataclass(frozen=True)
 class Entry:
-    manifest: ModelManifest
+    manifest: Manifest
     digest: str
     deprecated: bool = False
     deprecation_reason: str | None = None
 
 
-class Catalog:
-    def __init__(self, manifests: Iterable[ModelManifest] = ()) -> None:
-        self._entries: dict[str, dict[str, Entry]] = {}
-        for manifest in manifests:
-            self.learn(manifest)
+def _ref(manifest: Manifest) -> str:
+    return f"{manifest.name}@{manifest.version}"
 
-    def learn(self, manifest: ModelManifest, *, digest: str | None = None) -> None:
+
+class Catalog:
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str], dict[str, Entry]] = {}
+
+    def learn(self, manifest: Manifest, *, digest: str | None = None) -> None:
         """Take in a registration from the log; the first one of a version stands."""
-        versions = self._entries.setdefault(manifest.name, {})
+        versions = self._entries.setdefault((manifest.kind, manifest.name), {})
         versions.setdefault(manifest.version, Entry(manifest, digest or digest_of(manifest)))
 
-    def learn_deprecation(self, name: str, version: str, reason: str) -> None:
-        entry = self._entries.get(name, {}).get(version)
+    def learn_deprecation(self, kind: str, name: str, version: str, reason: str) -> None:
+        entry = self._entries.get((kind, name), {}).get(version)
         if entry is not None and not entry.deprecated:
-            self._entries[name][version] = replace(
+            self._entries[kind, name][version] = replace(
                 entry, deprecated=True, deprecation_reason=reason
             )
 
-    def check_registration(self, manifest: ModelManifest) -> bool:
+    def check_registration(self, manifest: Manifest) -> bool:
         """True if registering ``manifest`` adds a version, False if that exact content is
         registered already; ``VersionConflict`` if the version exists with other content."""
-        existing = self._entries.get(manifest.name, {}).get(manifest.version)
+        existing = self._entries.get((manifest.kind, manifest.name), {}).get(manifest.version)
         if existing is None:
             return True
         if existing.digest == digest_of(manifest):
             return False
         raise VersionConflict(
-            f"{manifest.ref} is already registered with different content; versions are "
-            "immutable: register the change as a new version"
+            f"{manifest.kind} {_ref(manifest)} is already registered with different content; "
+            "versions are immutable: register the change as a new version"
         )
 
-    def entry(self, name: str, version: str) -> Entry:
+    def entry(self, kind: str, name: str, version: str) -> Entry:
         try:
-            return self._entries[name][version]
+            return self._entries[kind, name][version]
         except KeyError:
-            raise ModelNotFound(f"{name}@{version} is not registered") from None
+            raise ModelNotFound(f"{kind} {name}@{version} is not registered") from None
 
-    def all(self, *, include_deprecated: bool = False) -> list[ModelManifest]:
+    def all(self, kind: str, *, include_deprecated: bool = False) -> list[Manifest]:
         return [
             e.manifest
-            for name in sorted(self._entries)
-            for e in self._sorted(name)
+            for (k, name) in sorted(self._entries)
+            if k == kind
+            for e in self._sorted(kind, name)
             if include_deprecated or not e.deprecated
         ]
 
-    def resolve(self, name: str, constraint: str = "*") -> ModelManifest:
+    def resolve(self, kind: str, name: str, constraint: str = "*") -> Manifest:
         """The highest version of ``name`` satisfying ``constraint``. Deprecated versions are
         chosen only when pinned exactly (``==1.2.0``)."""
-        if name not in self._entries:
-            known = ", ".join(sorted(self._entries)) or "none"
-            raise ModelNotFound(f"unknown model {name!r}; registered models: {known}")
+        if (kind, name) not in self._entries:
+            known = ", ".join(sorted(n for k, n in self._entries if k == kind)) or "none"
+            raise ModelNotFound(f"unknown {kind} {name!r}; registered {kind}s: {known}")
         try:
             parse_constraint(constraint)
         except ValueError as exc:
             raise ModelNotFound(str(exc)) from exc
-        entries = self._sorted(name)
+        entries = self._sorted(kind, name)
         pinned = constraint.strip().removeprefix("==").strip()
         for entry in reversed(entries):
             if not matches(entry.manifest.version, constraint):
@@ -108,8 +110,8 @@ class Catalog:
             e.manifest.version + (" (deprecated)" if e.deprecated else "") for e in entries
         )
         raise ModelNotFound(
-            f"no version of model {name!r} satisfies {constraint!r}; available: {available}"
+            f"no version of {kind} {name!r} satisfies {constraint!r}; available: {available}"
         )
 
-    def _sorted(self, name: str) -> list[Entry]:
-        return sorted(self._entries[name].values(), key=lambda e: Version(e.manifest.version))
+    def _sorted(self, kind: str, name: str) -> list[Entry]:
+        return sorted(self._entries[kind, name].values(), key=lambda e: Version(e.manifest.version))

@@ -1,4 +1,5 @@
-"""The registry service: model manifests and their versions, event-sourced.
+"""The registry service: model, dataset and framework manifests and their versions,
+event-sourced.
 
 State is the log's: on start it reads the ``artifacts`` projection, then follows every
 ``artifact.*`` event (its own included), so several registries agree and a restart loses
@@ -15,13 +16,20 @@ import socket
 import uuid
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter
 
 from services.registry.catalog import Catalog, VersionConflict, digest_of
 from shared.artifacts import verify
-from shared.errors import ArtifactError, DlscopeError, ModelNotFound
+from shared.errors import ArtifactError, DlscopeError, ManifestError, ModelNotFound
 from shared.eventstore import EventStore
-from shared.manifests import ModelManifest, load_manifests
+from shared.manifests import (
+    DatasetManifest,
+    Manifest,
+    ModelManifest,
+    ModelSource,
+    load_manifests,
+    parse_manifest,
+)
 from shared.messages import (
     ArtifactDeprecated,
     ArtifactRegistered,
@@ -32,6 +40,8 @@ from shared.messages import (
     ModelList,
     RegisterArtifact,
     RegistrationResult,
+    ResolveArtifact,
+    ResolvedArtifact,
     ResolvedModel,
     ResolveModel,
     artifact_stream,
@@ -44,7 +54,8 @@ __all__ = ["RegistryService"]
 
 log = logging.getLogger(__name__)
 
-CALLS = ("resolve", "list", "register", "deprecate")
+CALLS = ("resolve", "resolve-artifact", "list", "register", "deprecate")
+_MANIFEST: TypeAdapter[Manifest] = TypeAdapter(Manifest)
 
 
 class RegistryService:
@@ -69,11 +80,11 @@ class RegistryService:
             self._follow,
             durable=False,
         )
-        for view in await self._store.list_artifacts(kind="model", include_deprecated=True):
-            self.catalog.learn(ModelManifest.model_validate(view.manifest), digest=view.digest)
+        for view in await self._store.list_artifacts(include_deprecated=True):
+            self.catalog.learn(_MANIFEST.validate_python(view.manifest), digest=view.digest)
             if view.deprecated:
                 self.catalog.learn_deprecation(
-                    view.name, view.version, view.deprecation_reason or ""
+                    view.kind, view.name, view.version, view.deprecation_reason or ""
                 )
         await self._register_built_ins()
         await self._bus.subscribe(
@@ -88,9 +99,7 @@ class RegistryService:
             await self._store.close()
 
     async def _register_built_ins(self) -> None:
-        for manifest in load_manifests(self._settings.manifests_dir / "models"):
-            if not isinstance(manifest, ModelManifest):
-                continue
+        for manifest in load_manifests(self._settings.manifests_dir):
             try:
                 await self._register(manifest)
             except VersionConflict as exc:
@@ -98,20 +107,31 @@ class RegistryService:
 
     async def _follow(self, envelope: Envelope) -> None:
         event = envelope.typed()
-        if isinstance(event, ArtifactRegistered) and event.kind == "model":
+        if isinstance(event, ArtifactRegistered):
             self.catalog.learn(event.manifest, digest=event.digest)
-        elif isinstance(event, ArtifactDeprecated) and event.kind == "model":
-            self.catalog.learn_deprecation(event.name, event.version, event.reason)
+        elif isinstance(event, ArtifactDeprecated):
+            self.catalog.learn_deprecation(event.kind, event.name, event.version, event.reason)
 
     async def _answer(self, request: Envelope) -> Envelope:
         call = request.typed()
+        reply: Any
         if isinstance(call, ResolveModel):
             try:
-                reply: Any = ResolvedModel(manifest=self.catalog.resolve(call.name, call.version))
+                model = self.catalog.resolve("model", call.name, call.version)
+                assert isinstance(model, ModelManifest)
+                reply = ResolvedModel(manifest=model)
             except ModelNotFound as exc:
                 reply = ResolvedModel(error=str(exc))
+        elif isinstance(call, ResolveArtifact):
+            try:
+                reply = ResolvedArtifact(
+                    manifest=self.catalog.resolve(call.kind, call.name, call.version)
+                )
+            except ModelNotFound as exc:
+                reply = ResolvedArtifact(error=str(exc))
         elif isinstance(call, ListModels):
-            reply = ModelList(models=self.catalog.all())
+            models = self.catalog.all("model")
+            reply = ModelList(models=[m for m in models if isinstance(m, ModelManifest)])
         elif isinstance(call, RegisterArtifact):
             reply = await self._answer_registration(call.manifest)
         elif isinstance(call, DeprecateArtifact):
@@ -122,32 +142,31 @@ class RegistryService:
 
     async def _answer_registration(self, submitted: dict[str, Any]) -> RegistrationResult:
         try:
-            manifest = ModelManifest.model_validate(submitted)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '<manifest>'}: {e['msg']}"
-                for e in exc.errors()
-            )
-            return RegistrationResult(error=f"invalid manifest: {problems}")
-        if "://" not in manifest.source.uri and not os.path.isabs(manifest.source.uri):
-            return RegistrationResult(
-                error="source.uri: a registered manifest must name its model file absolutely "
-                "(a path on the workers' hosts, file://, http(s):// or pkg://), not "
-                f"{manifest.source.uri!r}"
-            )
-        try:
-            # The file must be there and be the one the manifest pins before anyone can
+            manifest = parse_manifest(submitted, origin="manifest")
+        except ManifestError as exc:
+            return RegistrationResult(error=f"invalid {exc}")
+        files = _files_of(manifest)
+        for where, source in files:
+            if "://" not in source.uri and not os.path.isabs(source.uri):
+                return RegistrationResult(
+                    error=f"{where}.uri: a registered manifest must name its files absolutely "
+                    "(a path on the workers' hosts, file://, http(s):// or pkg://), not "
+                    f"{source.uri!r}"
+                )
+        for where, source in files:
+            # The files must be there and be the ones the manifest pins before anyone can
             # choose it; remote sources are checked by the worker that downloads them.
-            await asyncio.to_thread(verify, manifest.source, limits=self._settings.artifact_limits)
-        except ArtifactError as exc:
-            return RegistrationResult(error=f"source: {exc}")
+            try:
+                await asyncio.to_thread(verify, source, limits=self._settings.artifact_limits)
+            except ArtifactError as exc:
+                return RegistrationResult(error=f"{where}: {exc}")
         try:
             created = await self._register(manifest)
         except VersionConflict as exc:
             return RegistrationResult(error=str(exc), conflict=True)
         return RegistrationResult(manifest=manifest, created=created)
 
-    async def _register(self, manifest: ModelManifest) -> bool:
+    async def _register(self, manifest: Manifest) -> bool:
         async with self._writing:
             if not self.catalog.check_registration(manifest):
                 return False
@@ -155,13 +174,15 @@ class RegistryService:
             await self._bus.publish(
                 Envelope(
                     # The same content registered twice, by two registries, is one event.
-                    event_id=uuid.uuid5(uuid.NAMESPACE_URL, f"model:{manifest.ref}#{digest}"),
+                    event_id=uuid.uuid5(
+                        uuid.NAMESPACE_URL, f"{manifest.kind}:{manifest.ref}#{digest}"
+                    ),
                     type=ArtifactRegistered.TYPE,
-                    stream_id=artifact_stream("model", manifest.name),
+                    stream_id=artifact_stream(manifest.kind, manifest.name),
                     correlation_id=uuid.uuid4(),
                     producer=self.name,
                     payload=ArtifactRegistered(
-                        kind="model",
+                        kind=manifest.kind,
                         name=manifest.name,
                         version=manifest.version,
                         digest=digest,
@@ -170,25 +191,37 @@ class RegistryService:
                 )
             )
             self.catalog.learn(manifest, digest=digest)
-            log.info("registered %s", manifest.ref)
+            log.info("registered %s %s", manifest.kind, manifest.ref)
             return True
 
     async def _answer_deprecation(self, call: DeprecateArtifact) -> DeprecationResult:
         async with self._writing:
             try:
-                entry = self.catalog.entry(call.name, call.version)
+                entry = self.catalog.entry(call.kind, call.name, call.version)
             except ModelNotFound as exc:
                 return DeprecationResult(error=str(exc))
             if not entry.deprecated:
                 await self._bus.publish(
                     Envelope.wrap(
                         ArtifactDeprecated(
-                            kind="model", name=call.name, version=call.version, reason=call.reason
+                            kind=call.kind, name=call.name, version=call.version, reason=call.reason
                         ),
-                        stream_id=artifact_stream("model", call.name),
+                        stream_id=artifact_stream(call.kind, call.name),
                         correlation_id=uuid.uuid4(),
                         producer=self.name,
                     )
                 )
-                self.catalog.learn_deprecation(call.name, call.version, call.reason)
+                self.catalog.learn_deprecation(call.kind, call.name, call.version, call.reason)
             return DeprecationResult()
+
+
+def _files_of(manifest: Manifest) -> list[tuple[str, ModelSource]]:
+    """The files a manifest pins, with the field that names each."""
+    if isinstance(manifest, ModelManifest):
+        files = [("source", manifest.source)]
+        if manifest.weights is not None:
+            files.append(("weights", manifest.weights))
+        return files
+    if isinstance(manifest, DatasetManifest) and manifest.source.file is not None:
+        return [("source", manifest.source.file)]
+    return []

@@ -12,6 +12,7 @@ import time
 import uuid
 
 from services.scheduler.agents import AgentDirectory
+from shared.manifests import DatasetManifest
 from shared.messages import (
     AgentHeartbeat,
     AgentOffline,
@@ -21,6 +22,8 @@ from shared.messages import (
     EvaluationRequested,
     EvaluationScheduled,
     FailureStage,
+    ResolveArtifact,
+    ResolvedArtifact,
     ResolvedModel,
     ResolveModel,
     RunEvaluation,
@@ -104,6 +107,31 @@ class SchedulerService:
                 f"it cannot run on {request.framework}",
             )
             return
+        dataset = None
+        if request.dataset is not None:
+            answer = await self._bus.request(
+                rpc_key("registry", "resolve-artifact"),
+                envelope.caused(
+                    ResolveArtifact(
+                        kind="dataset", name=request.dataset, version=request.dataset_version
+                    ),
+                    producer=self.name,
+                ),
+                timeout=self._settings.rpc_timeout_s,
+            )
+            found = answer.open(ResolvedArtifact)
+            if not isinstance(found.manifest, DatasetManifest):
+                await self._fail(envelope, "validation", found.error or "not a dataset")
+                return
+            dataset = found.manifest
+            if request.split is not None and request.split not in dataset.splits:
+                splits = ", ".join(dataset.splits) or "none"
+                await self._fail(
+                    envelope,
+                    "validation",
+                    f"dataset {dataset.ref} has no split {request.split!r}; splits: {splits}",
+                )
+                return
         now = time.monotonic()
         candidates = self.agents.candidates(request, now)
         if not candidates:
@@ -134,6 +162,8 @@ class SchedulerService:
                     framework_version=request.framework_version,
                     hardware=request.hardware,
                     scenario=request.scenario,
+                    dataset=dataset,
+                    split=request.split,
                 ),
                 producer=self.name,
             ),

@@ -16,13 +16,18 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
+from services.workers.accuracy import batches, measure_accuracy
 from services.workers.environment import capabilities, environment, host_name
 from services.workers.inputs import synthetic_inputs
 from services.workers.predictors import predictor_factory
 from shared.artifacts import ArtifactCache
-from shared.errors import ArtifactError, PredictorError
+from shared.datasets import load_dataset
+from shared.errors import ArtifactError, DlscopeError, PredictorError
 from shared.measurement import Measurement, measure
 from shared.messages import (
+    AccuracyMeasurement,
     AgentHeartbeat,
     AgentOffline,
     AgentOnline,
@@ -174,10 +179,13 @@ class WorkerService:
                 return
             loop = asyncio.get_running_loop()
             try:
-                load_ns, measurement = await loop.run_in_executor(
+                load_ns, measurement, accuracy = await loop.run_in_executor(
                     self._measurement_thread, self._measure, job, path
                 )
-            except PredictorError as exc:
+            except ArtifactError as exc:  # the dataset's files
+                await self._fail(envelope, "artifact", str(exc))
+                return
+            except DlscopeError as exc:
                 await self._fail(envelope, "predictor", str(exc))
                 return
             await self._bus.publish(
@@ -191,6 +199,7 @@ class WorkerService:
                         warmup_latencies_ns=measurement.warmup_latencies_ns,
                         latencies_ns=measurement.latencies_ns,
                         duration_ns=measurement.duration_ns,
+                        accuracy=accuracy,
                     ),
                     producer=self.name,
                 )
@@ -202,21 +211,36 @@ class WorkerService:
         if failed is not None:
             await self._bus.publish(failed)
 
-    def _measure(self, job: RunEvaluation, path: Path) -> tuple[int, Measurement]:
-        """On the measurement thread: load, then time the scenario."""
-        inputs = synthetic_inputs(
-            job.manifest, batch_size=job.scenario.batch_size, seed=job.scenario.seed
-        )
+    def _measure(
+        self, job: RunEvaluation, path: Path
+    ) -> tuple[int, Measurement, AccuracyMeasurement | None]:
+        """On the measurement thread: load, time the scenario, then (with a dataset) measure
+        accuracy. With a dataset the timed queries use its first pre-processed batch."""
+        dataset = None if job.dataset is None else load_dataset(job.dataset, job.split)
+        if dataset is None:
+            real: list[np.ndarray] = []
+            inputs = synthetic_inputs(
+                job.manifest, batch_size=job.scenario.batch_size, seed=job.scenario.seed
+            )
+        else:
+            real = batches(job.manifest, dataset, job.scenario.batch_size)
+            inputs = {job.manifest.inputs[0].name: real[0]}
         predictor = self._predictors.create()
         start = time.perf_counter_ns()
         predictor.open(job.manifest, path, hardware=job.hardware)
         load_ns = time.perf_counter_ns() - start
         try:
             run = predictor.predict
-            return load_ns, measure(
+            measurement = measure(
                 lambda: run(inputs), warmup=job.scenario.warmup, iterations=job.scenario.iterations
             )
-        except PredictorError:
+            accuracy = (
+                None
+                if dataset is None
+                else measure_accuracy(predictor.predict, job.manifest, dataset, real)
+            )
+            return load_ns, measurement, accuracy
+        except DlscopeError:
             raise
         except Exception as exc:  # the framework's own error types
             raise PredictorError(

@@ -30,4 +30,5 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
         first_inference_ms=measured.first_inference_ns * _MS,
         load_ms=measured.load_ns * _MS,
         warmup_count=len(measured.warmup_latencies_ns),
+        accuracy=measured.accuracy,
     )

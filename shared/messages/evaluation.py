@@ -18,12 +18,13 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.manifests import FrameworkName, Hardware, ModelManifest
+from shared.manifests import DatasetManifest, FrameworkName, Hardware, ModelManifest
 from shared.messages.envelope import Envelope, Payload
 
 __all__ = [
     "FRAMEWORKS",
     "HARDWARE",
+    "AccuracyMeasurement",
     "EvaluationCompleted",
     "EvaluationFailed",
     "EvaluationMeasured",
@@ -74,6 +75,11 @@ class EvaluationRequested(Payload):
     hardware: Hardware = "cpu"
     agent_id: str | None = Field(default=None, description="pin the evaluation to one agent")
     scenario: Scenario = Field(default_factory=Scenario)
+    dataset: str | None = Field(
+        default=None, description="a labelled dataset: top-1/top-5 accuracy is measured on it"
+    )
+    dataset_version: str = Field(default="*", description="dataset version constraint")
+    split: str | None = Field(default=None, description="one split of the dataset, e.g. test")
     requested_by: str | None = None
 
 
@@ -100,6 +106,8 @@ class RunEvaluation(Payload):
     framework_version: str
     hardware: Hardware
     scenario: Scenario
+    dataset: DatasetManifest | None = None
+    split: str | None = None
 
 
 class EvaluationStarted(Payload):
@@ -122,6 +130,19 @@ class EvaluationMeasured(Payload):
     warmup_latencies_ns: list[int]
     latencies_ns: list[int] = Field(min_length=1, description="one per timed query")
     duration_ns: int = Field(description="wall time of the timed loop")
+    accuracy: AccuracyMeasurement | None = None
+
+
+class AccuracyMeasurement(BaseModel):
+    """Top-1 and top-5 accuracy of the model's outputs against a dataset's labels."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    top1: float = Field(ge=0, le=1)
+    top5: float = Field(ge=0, le=1)
+    samples: int = Field(ge=1)
+    dataset: str = Field(description="name@version")
+    split: str | None = None
 
 
 class LatencySummary(BaseModel):
@@ -140,6 +161,7 @@ class LatencySummary(BaseModel):
     first_inference_ms: float
     load_ms: float
     warmup_count: int
+    accuracy: AccuracyMeasurement | None = None
 
 
 class EvaluationCompleted(Payload):

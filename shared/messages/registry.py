@@ -7,7 +7,8 @@ Events (stream ``artifact-<kind>-<name>``, on the events exchange, recorded like
 
 Request/reply (routing key ``rpc.registry.<call>`` on the jobs exchange):
 
-    resolve     name + version constraint -> the highest matching manifest
+    resolve     model name + version constraint -> the highest matching model manifest
+    resolve-artifact   the same for any kind (model, dataset, framework)
     list        every registered, non-deprecated model manifest
     register    a manifest, as submitted -> registered, already registered, or refused
     deprecate   name + version + reason -> done or refused
@@ -19,7 +20,7 @@ from typing import Any
 
 from pydantic import Field
 
-from shared.manifests import ModelManifest
+from shared.manifests import Manifest, ModelManifest
 from shared.messages.envelope import Payload
 
 __all__ = [
@@ -31,7 +32,9 @@ __all__ = [
     "ModelList",
     "RegisterArtifact",
     "RegistrationResult",
+    "ResolveArtifact",
     "ResolveModel",
+    "ResolvedArtifact",
     "ResolvedModel",
     "artifact_stream",
 ]
@@ -48,7 +51,7 @@ class ArtifactRegistered(Payload):
     name: str
     version: str
     digest: str = Field(description="sha256 of the manifest's canonical JSON")
-    manifest: ModelManifest
+    manifest: Manifest
 
 
 class ArtifactDeprecated(Payload):
@@ -76,6 +79,21 @@ class ResolvedModel(Payload):
     error: str | None = None
 
 
+class ResolveArtifact(Payload):
+    TYPE = "registry.resolve-artifact"
+
+    kind: str = Field(description="model, dataset or framework")
+    name: str = Field(min_length=1)
+    version: str = "*"
+
+
+class ResolvedArtifact(Payload):
+    TYPE = "registry.resolved-artifact"
+
+    manifest: Manifest | None = None
+    error: str | None = None
+
+
 class ListModels(Payload):
     TYPE = "registry.list"
 
@@ -97,7 +115,7 @@ class RegisterArtifact(Payload):
 class RegistrationResult(Payload):
     TYPE = "registry.registration"
 
-    manifest: ModelManifest | None = None
+    manifest: Manifest | None = None
     created: bool = False
     error: str | None = None
     # True when the version exists with other content (versions are immutable).

@@ -3,22 +3,13 @@ embedded stack (memory broker, SQLite) and on RabbitMQ + PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
-from dlscope.embedded import all_services
 from services.registry import RegistryService
-from shared.config import Settings
-from shared.messaging import create_broker
-from shared.runtime import Runtime, Service, running
-from shared.telemetry import Telemetry
-from tests.rabbitmq import purge_namespace
+from tests.integration.conftest import Stack
 
 SQUEEZENET = "pkg://onnx/backend/test/data/light/light_squeezenet.onnx"
 SQUEEZENET_SHA = "770b0f3c8623e18bf58b53754d710051b4c268248422142980a132bbe6dfe908"
@@ -37,81 +28,9 @@ def manifest(name: str = "my-net", version: str = "1.0.0", **changes: Any) -> di
     }
 
 
-class Stack:
-    def __init__(self, runtime: Runtime, http: httpx.AsyncClient, services: list[Service]):
-        self.runtime = runtime
-        self.http = http
-        self.services = services
-
-    async def eventually(self, probe: Callable[[], Awaitable[Any]]) -> Any:
-        async with asyncio.timeout(30):
-            while not (value := await probe()):
-                await asyncio.sleep(0.05)
-            return value
-
-    async def listed(self, name: str, version: str) -> bool:
-        response = await self.http.get(f"/v1/models/{name}")
-        return response.status_code == 200 and version in {m["version"] for m in response.json()}
-
-    async def evaluate(self, model: str, version: str = "*") -> dict[str, Any]:
-        response = await self.http.post(
-            "/v1/evaluations",
-            json={
-                "model": model,
-                "version": version,
-                "framework": "onnxruntime",
-                "scenario": {"iterations": 3, "warmup": 0},
-            },
-        )
-        assert response.status_code == 202, response.text
-        evaluation_id = response.json()["id"]
-
-        async def outcome() -> dict[str, Any] | None:
-            got = await self.http.get(f"/v1/evaluations/{evaluation_id}")
-            body: dict[str, Any] = got.json()
-            return (
-                body
-                if got.status_code == 200 and body["status"] in ("completed", "failed")
-                else None
-            )
-
-        result: dict[str, Any] = await self.eventually(outcome)
-        return result
-
-
-@pytest.fixture(
-    params=[
-        "embedded",
-        pytest.param("rabbitmq+postgres", marks=[pytest.mark.rabbitmq, pytest.mark.postgres]),
-    ]
-)
-async def stack(
-    request: pytest.FixtureRequest, tmp_path: Path, namespace: str
-) -> AsyncIterator[Stack]:
-    if request.param == "embedded":
-        settings = Settings(home=tmp_path, namespace=namespace)
-    else:
-        settings = Settings(
-            home=tmp_path,
-            namespace=namespace,
-            broker_url=request.getfixturevalue("rabbitmq_url"),
-            database_url=request.getfixturevalue("postgres_url"),
-        )
-    runtime = Runtime(
-        settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
-    )
-    services = all_services(runtime, [("onnxruntime", "cpu")], gateway=("127.0.0.1", 0))
-    try:
-        async with running(services):
-            port = services[-1].port  # type: ignore[attr-defined]
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-                stack = Stack(runtime, http, services)
-                await stack.eventually(lambda: stack.listed("squeezenet", "1.0.0"))
-                yield stack
-    finally:
-        await runtime.close()
-        if request.param != "embedded":
-            await purge_namespace(settings.broker_url, namespace)
+@pytest.fixture
+def stack(any_stack: Stack) -> Stack:
+    return any_stack
 
 
 async def test_the_built_in_zoo_is_registered_and_listed(stack: Stack) -> None:
@@ -165,7 +84,7 @@ async def test_versions_are_immutable(stack: Stack) -> None:
         (manifest(colour="red"), "colour: Extra inputs are not permitted"),
         (
             manifest(source={"uri": "model.onnx", "sha256": SQUEEZENET_SHA}),
-            "source.uri: a registered manifest must name its model file absolutely",
+            "source.uri: a registered manifest must name its files absolutely",
         ),
         (
             manifest(source={"uri": SQUEEZENET, "sha256": "0" * 64}),
@@ -227,7 +146,7 @@ async def test_registrations_survive_a_registry_restart(stack: Stack) -> None:
     await restarted.start()
     try:
         # Its state came back from the log, not from the old instance.
-        assert restarted.catalog.resolve("my-net").version == "1.0.0"
+        assert restarted.catalog.resolve("model", "my-net").version == "1.0.0"
         evaluation = await stack.evaluate("my-net")
         assert evaluation["status"] == "completed", evaluation["error"]
     finally:

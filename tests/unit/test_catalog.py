@@ -22,13 +22,18 @@ def manifest(name: str, version: str) -> ModelManifest:
     )
 
 
-CATALOG = Catalog(
-    [
-        manifest("net", "1.0.0"),
-        manifest("net", "1.4.2"),
-        manifest("net", "2.0.0"),
-        manifest("other", "0.1.0"),
-    ]
+def catalog_of(*manifests: ModelManifest) -> Catalog:
+    catalog = Catalog()
+    for m in manifests:
+        catalog.learn(m)
+    return catalog
+
+
+CATALOG = catalog_of(
+    manifest("net", "1.0.0"),
+    manifest("net", "1.4.2"),
+    manifest("net", "2.0.0"),
+    manifest("other", "0.1.0"),
 )
 
 
@@ -39,19 +44,25 @@ CATALOG = Catalog(
 def test_resolves_the_highest_version_that_satisfies_the_constraint(
     constraint: str, expected: str
 ) -> None:
-    assert CATALOG.resolve("net", constraint).version == expected
+    assert CATALOG.resolve("model", "net", constraint).version == expected
 
 
 def test_an_unknown_model_names_the_models_that_exist() -> None:
     with pytest.raises(ModelNotFound, match=r"unknown model 'nope'; registered models: net, other"):
-        CATALOG.resolve("nope")
+        CATALOG.resolve("model", "nope")
 
 
 def test_an_unsatisfiable_constraint_lists_the_available_versions() -> None:
     with pytest.raises(ModelNotFound, match=r"satisfies '>=3'; available: 1.0.0, 1.4.2, 2.0.0"):
-        CATALOG.resolve("net", ">=3")
+        CATALOG.resolve("model", "net", ">=3")
 
 
 def test_a_malformed_constraint_is_refused_with_the_syntax_to_use() -> None:
     with pytest.raises(ModelNotFound, match="is not a version constraint"):
-        CATALOG.resolve("net", "about one")
+        CATALOG.resolve("model", "net", "about one")
+
+
+def test_kinds_are_separate_namespaces() -> None:
+    catalog = catalog_of(manifest("digits", "1.0.0"))
+    with pytest.raises(ModelNotFound, match=r"unknown dataset 'digits'; registered datasets: none"):
+        catalog.resolve("dataset", "digits")

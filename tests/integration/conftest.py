@@ -1,0 +1,98 @@
+"""What the integration tests share: every service in this process, behind the gateway, on
+the embedded stack (memory broker, SQLite) or on RabbitMQ + PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from dlscope.embedded import all_services
+from shared.config import Settings
+from shared.messaging import create_broker
+from shared.runtime import Runtime, Service, running
+from shared.telemetry import Telemetry
+from tests.rabbitmq import purge_namespace
+
+
+class Stack:
+    def __init__(self, runtime: Runtime, http: httpx.AsyncClient, services: list[Service]):
+        self.runtime = runtime
+        self.http = http
+        self.services = services
+
+    async def eventually(self, probe: Callable[[], Awaitable[Any]]) -> Any:
+        async with asyncio.timeout(30):
+            while not (value := await probe()):
+                await asyncio.sleep(0.05)
+            return value
+
+    async def listed(self, name: str, version: str) -> bool:
+        response = await self.http.get(f"/v1/models/{name}")
+        return response.status_code == 200 and version in {m["version"] for m in response.json()}
+
+    async def evaluate(self, model: str, version: str = "*", **extra: Any) -> dict[str, Any]:
+        response = await self.http.post(
+            "/v1/evaluations",
+            json={
+                "model": model,
+                "version": version,
+                "framework": "onnxruntime",
+                "scenario": {"iterations": 3, "warmup": 0},
+                **extra,
+            },
+        )
+        assert response.status_code == 202, response.text
+        evaluation_id = response.json()["id"]
+
+        async def outcome() -> dict[str, Any] | None:
+            got = await self.http.get(f"/v1/evaluations/{evaluation_id}")
+            body: dict[str, Any] = got.json()
+            return (
+                body
+                if got.status_code == 200 and body["status"] in ("completed", "failed")
+                else None
+            )
+
+        result: dict[str, Any] = await self.eventually(outcome)
+        return result
+
+
+@pytest.fixture(
+    params=[
+        "embedded",
+        pytest.param("rabbitmq+postgres", marks=[pytest.mark.rabbitmq, pytest.mark.postgres]),
+    ]
+)
+async def any_stack(
+    request: pytest.FixtureRequest, tmp_path: Path, namespace: str
+) -> AsyncIterator[Stack]:
+    """Every service and the gateway in this process: embedded, then on RabbitMQ + Postgres."""
+    if request.param == "embedded":
+        settings = Settings(home=tmp_path, namespace=namespace)
+    else:
+        settings = Settings(
+            home=tmp_path,
+            namespace=namespace,
+            broker_url=request.getfixturevalue("rabbitmq_url"),
+            database_url=request.getfixturevalue("postgres_url"),
+        )
+    runtime = Runtime(
+        settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
+    )
+    services = all_services(runtime, [("onnxruntime", "cpu")], gateway=("127.0.0.1", 0))
+    try:
+        async with running(services):
+            port = services[-1].port  # type: ignore[attr-defined]
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+                stack = Stack(runtime, http, services)
+                await stack.eventually(lambda: stack.listed("squeezenet", "1.0.0"))
+                yield stack
+    finally:
+        await runtime.close()
+        if request.param != "embedded":
+            await purge_namespace(settings.broker_url, namespace)
