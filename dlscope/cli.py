@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlscope.models_cli import models
+from dlscope.zoo_cli import zoo
 from shared.config import Settings
 from shared.errors import DlscopeError
 from shared.messages import FRAMEWORKS, HARDWARE, EvaluationRequested, Scenario
@@ -33,6 +34,7 @@ app = typer.Typer(
 db = typer.Typer(help="The event store: migrations and projections.", no_args_is_help=True)
 app.add_typer(db, name="db")
 app.add_typer(models, name="models")
+app.add_typer(zoo, name="zoo")
 console = Console()
 errors = Console(stderr=True)
 

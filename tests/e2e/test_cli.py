@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from shared.config import REPOSITORY_ROOT
 
@@ -138,3 +139,38 @@ def test_db_upgrade_reports_the_revision(tmp_path: Path) -> None:
     result = dlscope(tmp_path, "db", "upgrade")
     assert result.returncode == 0, result.stderr
     assert "event store at revision 0002" in result.stdout
+
+
+def test_the_zoo_digits_model_reaches_its_recorded_accuracy_through_the_worker(
+    tmp_path: Path,
+) -> None:
+    built = dlscope(tmp_path, "zoo", "build")
+    assert built.returncode == 0, built.stderr
+    assert "digits-cnn@1.0.0 (onnxruntime)" in built.stdout
+    again = dlscope(tmp_path, "zoo", "build")
+    assert again.stdout.count("already registered") == 2  # same bytes, same versions
+
+    recorded = yaml.safe_load((tmp_path / "zoo" / "digits-cnn.yaml").read_text())
+    expected = recorded["attributes"]["accuracy"]["top1"]
+    assert expected >= 0.95
+
+    result_file = tmp_path / "digits.json"
+    run = dlscope(
+        tmp_path,
+        "run",
+        "digits-cnn",
+        "--dataset",
+        "digits",
+        "--split",
+        "test",
+        "-n",
+        "20",
+        "-b",
+        "32",
+        "--json",
+        str(result_file),
+    )
+    assert run.returncode == 0, run.stderr
+    accuracy = json.loads(result_file.read_text())["evaluation"]["result"]["accuracy"]
+    assert accuracy["samples"] == 360
+    assert accuracy["top1"] == pytest.approx(expected, abs=1e-9)

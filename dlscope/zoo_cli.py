@@ -1,0 +1,74 @@
+"""``dlscope zoo``: build the built-in zoo's trained models here, then register them.
+
+Building needs no network: the data ship with scikit-learn and training takes seconds.
+Building again gives the same files, so registering again is a no-op ("already
+registered"). Without ``--gateway`` the models go to the embedded registry under
+DLSCOPE_HOME; with it, to a running deployment over HTTP.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from dlscope.models_cli import Gateway, Token, _call, _detail, _fail, _http, _run, _settings
+from shared.config import Settings
+from shared.errors import DlscopeError
+from shared.manifests import ModelManifest
+from shared.messages import RegisterArtifact, RegistrationResult
+
+__all__ = ["zoo"]
+
+zoo = typer.Typer(help="The built-in zoo's trained models, built locally.", no_args_is_help=True)
+console = Console()
+
+
+def _register(manifest: ModelManifest, gateway: str | None, token: str | None) -> bool:
+    """Register one manifest; whether it is new (False: the same was registered already)."""
+    body = manifest.model_dump(mode="json")  # relative sources now absolute
+    if gateway:
+        with _http(gateway, token) as client:
+            response = _call(client, "POST", "/v1/models", json=body)
+        if response.status_code not in (200, 201):
+            raise _fail(f"{manifest.ref}: refused ({response.status_code}): {_detail(response)}")
+        return bool(response.json()["created"])
+    from dlscope.embedded import ask_registry
+
+    reply = _run(ask_registry(_settings(), "register", RegisterArtifact(manifest=body)))
+    result = reply.open(RegistrationResult)
+    if result.manifest is None:
+        raise _fail(f"{manifest.ref}: refused: {result.error}")
+    return bool(result.created)
+
+
+@zoo.command("build")
+def build(
+    out: Annotated[
+        Path | None, typer.Option(help="where to write the models; default: DLSCOPE_HOME/zoo")
+    ] = None,
+    gateway: Gateway = None,
+    token: Token = None,
+) -> None:
+    """Train digits-cnn (ONNX and TorchScript), write its manifests, register them."""
+    # torch takes seconds to import: only this command pays for it.
+    from dlscope.zoo import build_digits
+
+    out_dir = out if out is not None else Settings().home / "zoo"
+    with console.status("training digits-cnn on the digits train split…"):
+        try:
+            built = build_digits(out_dir)
+        except DlscopeError as exc:
+            raise _fail(str(exc)) from exc
+    for model in built:
+        manifest = model.manifest
+        state = "registered" if _register(manifest, gateway, token) else "already registered"
+        console.print(
+            f"{manifest.ref} ({manifest.framework.name}): top-1 {model.top1:.2%}, "
+            f"top-5 {model.top5:.2%} on {manifest.attributes['accuracy']['dataset']}; "
+            f"{model.path}: {state}",
+            soft_wrap=True,
+            highlight=False,
+        )
