@@ -17,7 +17,8 @@ def main(names: list[str]) -> None:
         if name not in BENCHMARKS:
             raise SystemExit(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
         module = importlib.import_module(f"bench.{name}")
-        result = asyncio.run(module.run())
+        # A benchmark's ``suite`` (several configurations in one run) when it has one.
+        result = asyncio.run(getattr(module, "suite", module.run)())
         path = save(name, result)
         print(f"== {name} (saved to {path})")
         print(json.dumps(result, indent=2))

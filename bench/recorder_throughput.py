@@ -1,10 +1,13 @@
 """Event-store append throughput through the recorder, on RabbitMQ and PostgreSQL.
 
-The recorder's durable queue is filled first (with 5% of the messages sent twice, as a
-redelivering broker would), then one recorder process drains it. The sustained rate is the
-number of stored events over the span of their ``recorded_at`` times, so neither the
-recorder's start-up nor the publisher's speed is counted. Then the store is checked: every
-event stored once (zero lost, zero duplicated) and every stream's versions gap-free.
+The recorders' durable queues are filled first (with 5% of the messages sent twice, as a
+redelivering broker would), then the recorder processes drain them: one recorder on its
+single queue, or N recorders each on its partition (``DLSCOPE_RECORDER_PARTITIONS``); the
+messages carry the stream header the bus sets, so a consistent-hash exchange spreads them.
+The sustained rate is the number of stored events over the span of their ``recorded_at``
+times, so neither the recorders' start-up nor the publisher's speed is counted. Then the
+store is checked: every event stored once (zero lost, zero duplicated) and every stream's
+versions gap-free.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aio_pika
@@ -30,11 +34,13 @@ from shared.messages import (
     EvaluationScheduled,
     EvaluationStarted,
     LatencySummary,
+    Topology,
     encode,
     evaluation_stream,
 )
+from shared.messaging import STREAM_HEADER
 
-__all__ = ["run"]
+__all__ = ["run", "suite"]
 
 
 def evaluation_events(rng: random.Random) -> list[Envelope]:
@@ -105,17 +111,40 @@ def evaluation_events(rng: random.Random) -> list[Envelope]:
     ]
 
 
-async def run(evaluations: int = 4000, duplicate_share: float = 0.05) -> dict[str, Any]:
+async def suite(rounds: int = 2) -> dict[str, Any]:
+    """One and two recorders, alternately, ``rounds`` times each, so both see the same
+    machine conditions."""
+    results: dict[str, list[dict[str, Any]]] = {"recorders_1": [], "recorders_2": []}
+    for _ in range(rounds):
+        for recorders in (1, 2):
+            results[f"recorders_{recorders}"].append(await run(recorders=recorders))
+    return {
+        **results,
+        "sustained_events_per_s": {
+            name: [round(r["sustained_events_per_s"]) for r in runs]
+            for name, runs in results.items()
+        },
+        "target_events_per_s": 3000,
+    }
+
+
+async def run(
+    evaluations: int = 4000, duplicate_share: float = 0.05, *, recorders: int = 1
+) -> dict[str, Any]:
     rng = random.Random(0)
     envelopes = [e for _ in range(evaluations) for e in evaluation_events(rng)]
     duplicates = rng.sample(envelopes, int(len(envelopes) * duplicate_share))
-    async with throwaway_deployment(RABBITMQ_URL, POSTGRES_ADMIN_DSN, prefix="bench") as deployment:
-        queue = f"{deployment.namespace}.recorder"
-        # Let the recorder declare its queue and bindings, then stop it and fill the queue.
+    async with throwaway_deployment(
+        RABBITMQ_URL, POSTGRES_ADMIN_DSN, prefix="bench", recorders=recorders
+    ) as deployment:
+        topology = Topology(deployment.namespace)
+        queues = [topology.recorder_queue(i, recorders) for i in range(recorders)]
+        # Let the recorders declare their queues and bindings, then stop them and fill the queues.
         deployment.start("recorder")
-        await eventually(lambda: _queue_exists(queue))
+        await eventually(lambda: _all(queues, _queue_exists))
         deployment.stop_all()
         published = await _publish(deployment, [*envelopes, *duplicates])
+        backlog = [await _depth(queue) for queue in queues]
 
         deployment.start("recorder")
         began = time.perf_counter()
@@ -127,12 +156,15 @@ async def run(evaluations: int = 4000, duplicate_share: float = 0.05) -> dict[st
             await eventually(all_stored, timeout=600)
         wall = time.perf_counter() - began
         # The duplicates are acknowledged as no-ops, after the last new event.
-        await eventually(lambda: _drained(queue), timeout=60)
+        await eventually(lambda: _all(queues, _drained), timeout=60)
         checks = await _verify(deployment.database_url, envelopes)
+        await _remove(deployment.namespace, queues)
     return {
+        "recorders": recorders,
         "events": len(envelopes),
         "messages_published": published,
         "duplicates_published": len(duplicates),
+        "messages_per_queue": backlog,
         "sustained_events_per_s": checks.pop("events_per_s"),
         "wall_s_including_recorder_start": wall,
         **checks,
@@ -150,6 +182,8 @@ async def _publish(deployment: Deployment, envelopes: list[Envelope]) -> int:
                     exchange.publish(
                         aio_pika.Message(
                             encode(e),
+                            # As the bus sends it: the partitions hash on the stream.
+                            headers={STREAM_HEADER: e.stream_id},
                             message_id=str(e.event_id),
                             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                         ),
@@ -159,6 +193,26 @@ async def _publish(deployment: Deployment, envelopes: list[Envelope]) -> int:
                 )
             )
     return len(envelopes)
+
+
+async def _all(queues: list[str], probe: Callable[[str], Awaitable[bool]]) -> bool:
+    return all([await probe(queue) for queue in queues])
+
+
+async def _remove(namespace: str, queues: list[str]) -> None:
+    """The deployment's queues and exchanges: a benchmark leaves the broker as it found it."""
+    topology = Topology(namespace)
+    async with await aio_pika.connect(RABBITMQ_URL) as connection:
+        channel = await connection.channel()
+        for queue in (*queues, topology.dead_letters):
+            await channel.queue_delete(queue)
+        for exchange in (
+            topology.recorder_partitions,
+            topology.events,
+            topology.jobs,
+            topology.dlx,
+        ):
+            await channel.exchange_delete(exchange)
 
 
 async def _drained(queue: str) -> bool:

@@ -233,6 +233,9 @@ def serve(
     framework: Annotated[str, typer.Option(help="worker only")] = "onnxruntime",
     hardware: Annotated[str, typer.Option(help="worker only")] = "cpu",
     agent_id: Annotated[str | None, typer.Option(help="worker only")] = None,
+    partition: Annotated[
+        int, typer.Option(help="recorder only: 0-based, of DLSCOPE_RECORDER_PARTITIONS")
+    ] = 0,
 ) -> None:
     """Run one service against the configured broker and database (DLSCOPE_BROKER_URL, …)."""
     if service == "gateway":
@@ -246,6 +249,10 @@ def serve(
             ["--framework", framework, "--hardware", hardware]
             + (["--agent-id", agent_id] if agent_id else [])
         )
+    elif service == "recorder":
+        from services.recorder.main import main as recorder
+
+        recorder(["--partition", str(partition)])
     elif service in SERVICES:
         import importlib
 

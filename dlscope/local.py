@@ -68,6 +68,8 @@ class Deployment:
     namespace: str
     workdir: Path
     port: int = field(default_factory=free_port)
+    # Recorder processes, one per partition (DLSCOPE_RECORDER_PARTITIONS); one is the default.
+    recorders: int = 1
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -79,6 +81,7 @@ class Deployment:
             "DLSCOPE_NAMESPACE": self.namespace,
             "DLSCOPE_HOME": str(self.workdir / "home"),
             "DLSCOPE_HEARTBEAT_INTERVAL_S": "1",
+            "DLSCOPE_RECORDER_PARTITIONS": str(self.recorders),
         }
 
     @property
@@ -99,14 +102,23 @@ class Deployment:
             self.start(service)
 
     def start(self, service: str) -> None:
+        """Start ``service``; ``recorder`` starts every recorder, named ``recorder`` when there
+        is one and ``recorder-<i>`` for partition i when there are more."""
+        if service == "recorder" and self.recorders > 1:
+            for partition in range(self.recorders):
+                self._spawn(f"recorder-{partition}", "recorder", ["--partition", str(partition)])
+            return
         arguments = {
             "gateway": ["--port", str(self.port)],
             "workers": ["--framework", "onnxruntime"],
         }
+        self._spawn(service, service, arguments.get(service, []))
+
+    def _spawn(self, name: str, service: str, arguments: list[str]) -> None:
         # The child keeps its own descriptor of the log; ours is closed at once.
-        with (self.workdir / f"{service}.log").open("ab") as log:
-            self.processes[service] = subprocess.Popen(
-                [sys.executable, "-m", f"services.{service}", *arguments.get(service, [])],
+        with (self.workdir / f"{name}.log").open("ab") as log:
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", f"services.{service}", *arguments],
                 env=self.environment,
                 cwd=REPOSITORY_ROOT,
                 stdout=log,
@@ -150,7 +162,7 @@ class Deployment:
 
 @contextlib.asynccontextmanager
 async def throwaway_deployment(
-    broker_url: str, admin_dsn: str, *, prefix: str = "local"
+    broker_url: str, admin_dsn: str, *, prefix: str = "local", recorders: int = 1
 ) -> AsyncIterator[Deployment]:
     """A migrated deployment with its own database and namespace, removed afterwards; no
     service is started yet."""
@@ -161,6 +173,7 @@ async def throwaway_deployment(
             database_url=database_url,
             namespace=f"{prefix}{uuid.uuid4().hex[:8]}",
             workdir=Path(workdir),
+            recorders=recorders,
         )
         try:
             deployment.migrate()

@@ -47,3 +47,12 @@ if ! port_open 5672; then
   wait_port 5672 || { echo "ensure-services: RabbitMQ did not start" >&2; exit 1; }
 fi
 echo "ensure-services: RabbitMQ answers on 127.0.0.1:5672"
+
+# Partitioned recording (DLSCOPE_RECORDER_PARTITIONS > 1) needs the consistent-hash exchange,
+# a plugin shipped with rabbitmq-server; enabling it works offline.
+if [ "$(id -u)" -eq 0 ] && command -v rabbitmq-plugins >/dev/null; then
+  if ! rabbitmq-plugins list -e -m 2>/dev/null | grep -qx rabbitmq_consistent_hash_exchange; then
+    rabbitmq-plugins enable rabbitmq_consistent_hash_exchange >/dev/null
+  fi
+  echo "ensure-services: RabbitMQ's consistent-hash exchange plugin is enabled"
+fi

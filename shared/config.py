@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     # Attempts at a message whose handler fails transiently before it is dead-lettered.
     max_delivery_attempts: int = 3
     prefetch: int = 16
+    # Recorder processes, each owning the streams hashed to its queue (``--partition i``).
+    # One keeps the single ``<ns>.recorder`` queue; more need RabbitMQ's consistent-hash plugin.
+    recorder_partitions: int = Field(default=1, ge=1)
     # What a worker or the registry accepts from a model source (see shared.artifacts).
     artifact_max_download_bytes: int = Field(default=2 * 1024**3, gt=0)
     artifact_download_timeout_s: float = Field(default=30.0, gt=0)

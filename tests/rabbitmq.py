@@ -19,12 +19,22 @@ DURABLE_QUEUES = (
 )
 
 
-async def purge_namespace(url: str, namespace: str) -> None:
+async def purge_namespace(url: str, namespace: str, *, recorder_partitions: int = 1) -> None:
     topology = Topology(namespace)
+    partitions = [
+        topology.recorder_queue(i, recorder_partitions) for i in range(recorder_partitions)
+    ]
     connection = await aio_pika.connect(url)
     async with connection:
         channel = await connection.channel()
         for queue in DURABLE_QUEUES:
             await channel.queue_delete(f"{namespace}.{queue}")
-        for exchange in (topology.events, topology.jobs, topology.dlx):
+        for queue in partitions:
+            await channel.queue_delete(queue)
+        for exchange in (
+            topology.events,
+            topology.jobs,
+            topology.dlx,
+            topology.recorder_partitions,
+        ):
             await channel.exchange_delete(exchange)

@@ -13,7 +13,16 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    argparse.ArgumentParser(prog="python -m services.recorder", description=__doc__).parse_args(
-        argv
+    parser = argparse.ArgumentParser(prog="python -m services.recorder", description=__doc__)
+    parser.add_argument(
+        "--partition",
+        type=int,
+        default=0,
+        help="which of the DLSCOPE_RECORDER_PARTITIONS partitions to record (0-based)",
     )
-    run_process("recorder", lambda runtime: [RecorderService(runtime)], Settings())
+    partition = parser.parse_args(argv).partition
+    run_process(
+        "recorder" if partition == 0 else f"recorder-{partition}",
+        lambda runtime: [RecorderService(runtime, partition=partition)],
+        Settings(),
+    )

@@ -2,6 +2,15 @@
 
 It consumes every event (``#``) from a durable queue, so events published while it is down
 wait for it, and acknowledges each only after the transaction that stores it commits.
+
+Partitioned (``recorder_partitions`` N > 1), N recorders share the work, recorder ``i``
+consuming queue ``<ns>.recorder.p<i>``: a consistent-hash exchange on the stream id sends
+every event of one stream to the same queue, so each stream is still appended in publication
+order by one recorder. Every recorder declares all N queues, so the hash ring is whole
+before the first event, whichever starts first. An event published without the stream header
+(a client publishing straight to RabbitMQ) lands in the one queue RabbitMQ hashes a missing
+header to: it is recorded, but in order with the bus's events of its stream only if that
+queue is also its stream's.
 """
 
 from __future__ import annotations
@@ -9,10 +18,11 @@ from __future__ import annotations
 import logging
 
 from services.recorder.batching import BatchWriter
+from shared.errors import ConfigurationError
 from shared.eventstore import EventStore
 from shared.eventstore.migrate import upgrade
 from shared.messages import Envelope
-from shared.messaging import Binding
+from shared.messaging import STREAM_HEADER, Binding
 from shared.runtime import Runtime
 
 __all__ = ["RecorderService"]
@@ -23,7 +33,14 @@ log = logging.getLogger(__name__)
 class RecorderService:
     name = "recorder"
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, *, partition: int = 0) -> None:
+        partitions = runtime.settings.recorder_partitions
+        if not 0 <= partition < partitions:
+            raise ConfigurationError(
+                f"recorder partition {partition} does not exist: DLSCOPE_RECORDER_PARTITIONS is "
+                f"{partitions}, so partitions are 0 to {partitions - 1}"
+            )
+        self.partition = partition
         self._settings = runtime.settings
         self._bus = runtime.bus(self.name, prefetch=1000)
         self._store: EventStore | None = None
@@ -35,11 +52,20 @@ class RecorderService:
         self._store = EventStore.from_url(url)
         self._writer = BatchWriter(self._store.append)
         await self._bus.start()
-        await self._bus.subscribe(
-            self._bus.topology.queue(self.name),
-            [Binding(self._bus.topology.events, "#")],
-            self._record,
-        )
+        topology, partitions = self._bus.topology, self._settings.recorder_partitions
+        queue = topology.recorder_queue(self.partition, partitions)
+        if partitions == 1:
+            binding = Binding(topology.events, "#")
+        else:
+            await self._bus.broker.declare_partitions(
+                topology.recorder_partitions,
+                source=topology.events,
+                queues=[topology.recorder_queue(i, partitions) for i in range(partitions)],
+                hash_header=STREAM_HEADER,
+                dead_letter_exchange=topology.dlx,
+            )
+            binding = Binding(topology.recorder_partitions, "1")  # the key is the weight
+        await self._bus.subscribe(queue, [binding], self._record)
 
     async def stop(self) -> None:
         await self._bus.stop()

@@ -5,6 +5,10 @@ Exchanges (topic, durable), prefixed by the deployment's namespace (default ``dl
     <ns>.events  facts; routing key = the event type, ``<stream-kind>.<event>``
     <ns>.jobs    work; ``job.<framework>.<hardware>[.<agent>]`` and ``rpc.<service>.<call>``
     <ns>.dlx     dead letters, same routing key as the original message
+
+With partitioned recording (``recorder_partitions`` > 1), ``<ns>.events`` is also bound with
+``#`` to ``<ns>.recorder.partitions``, a consistent-hash exchange on the stream id, whose
+queues ``<ns>.recorder.p<i>`` each carry the events of some streams.
 """
 
 from __future__ import annotations
@@ -34,6 +38,17 @@ class Topology:
     def dead_letters(self) -> str:
         """The queue that keeps every dead-lettered message for inspection."""
         return f"{self.namespace}.dead-letters"
+
+    @property
+    def recorder_partitions(self) -> str:
+        """The consistent-hash exchange that spreads events over the recorders' queues."""
+        return f"{self.namespace}.recorder.partitions"
+
+    def recorder_queue(self, partition: int, partitions: int) -> str:
+        """Partition ``partition`` of ``partitions``; one partition is the plain queue."""
+        return (
+            self.queue("recorder") if partitions == 1 else self.queue("recorder", f"p{partition}")
+        )
 
     def queue(self, service: str, *parts: str) -> str:
         return ".".join((self.namespace, service, *parts))

@@ -1,12 +1,21 @@
 """Messaging: the broker port, its adapters, and the bus services use."""
 
-from shared.messaging.broker import Binding, Broker, Delivery, Outcome, OutgoingMessage, Verdict
+from shared.messaging.broker import (
+    STREAM_HEADER,
+    Binding,
+    Broker,
+    Delivery,
+    Outcome,
+    OutgoingMessage,
+    Verdict,
+)
 from shared.messaging.bus import Bus, Handler
 from shared.messaging.connect import create_broker
 from shared.messaging.memory import MemoryBroker
 from shared.messaging.topics import topic_matches
 
 __all__ = [
+    "STREAM_HEADER",
     "Binding",
     "Broker",
     "Bus",

@@ -36,6 +36,7 @@ from aio_pika.exceptions import (
     ChannelNotFoundEntity,
     ChannelPreconditionFailed,
 )
+from aiormq.exceptions import ConnectionCommandInvalid
 from yarl import URL
 
 from shared.errors import BrokerUnavailable, ConfigurationError
@@ -149,16 +150,45 @@ class AmqpBroker:
         self, names: Sequence[str], *, dead_letter_exchange: str, dead_letter_queue: str
     ) -> None:
         async with self._guard("declaring the exchanges"):
-            if self._topology is None or self._topology.is_closed:
-                self._topology = (await self._ready()).channel()
-                await self._topology.initialize(timeout=self.timeout)
+            topology = await self._topology_channel()
             for name in (*names, dead_letter_exchange):
-                await self._topology.declare_exchange(
-                    name, aio_pika.ExchangeType.TOPIC, durable=True
-                )
+                await topology.declare_exchange(name, aio_pika.ExchangeType.TOPIC, durable=True)
                 self._known_exchanges.add(name)
-            queue = await self._topology.declare_queue(dead_letter_queue, durable=True)
+            queue = await topology.declare_queue(dead_letter_queue, durable=True)
             await queue.bind(dead_letter_exchange, "#")
+
+    async def declare_partitions(
+        self,
+        exchange: str,
+        *,
+        source: str,
+        queues: Sequence[str],
+        hash_header: str,
+        dead_letter_exchange: str,
+    ) -> None:
+        await self._check_exchange(source)
+        async with self._guard(f"declaring the partitions of {exchange!r}"):
+            topology = await self._topology_channel()
+            try:
+                declared = await topology.declare_exchange(
+                    exchange,
+                    aio_pika.ExchangeType.X_CONSISTENT_HASH,
+                    durable=True,
+                    arguments={"hash-header": hash_header},
+                )
+            except ConnectionCommandInvalid as exc:  # 503 "unknown exchange type": plugin off
+                raise ConfigurationError(
+                    f"RabbitMQ cannot declare the consistent-hash exchange {exchange!r} ({exc}); "
+                    "enable its plugin: rabbitmq-plugins enable rabbitmq_consistent_hash_exchange"
+                ) from exc
+            self._known_exchanges.add(exchange)
+            await declared.bind(source, "#")
+            for name in queues:
+                queue = await topology.declare_queue(
+                    name, durable=True, arguments=_dead_lettering(dead_letter_exchange)
+                )
+                # On a consistent-hash exchange the binding key is the queue's weight.
+                await queue.bind(declared, "1")
 
     async def publish(self, exchange: str, routing_key: str, message: OutgoingMessage) -> None:
         await self._check_exchange(exchange)
@@ -188,9 +218,7 @@ class AmqpBroker:
                     durable=durable,
                     exclusive=not durable,
                     auto_delete=not durable,
-                    arguments={"x-dead-letter-exchange": dead_letter_exchange}
-                    if dead_letter_exchange
-                    else None,
+                    arguments=_dead_lettering(dead_letter_exchange),
                 )
                 for binding in bindings:
                     await declared.bind(binding.exchange, binding.pattern)
@@ -323,6 +351,12 @@ class AmqpBroker:
                 raise ConfigurationError(f"exchange {name!r} has not been declared") from exc
         self._known_exchanges.add(name)
 
+    async def _topology_channel(self) -> AbstractRobustChannel:
+        if self._topology is None or self._topology.is_closed:
+            self._topology = (await self._ready()).channel()
+            await self._topology.initialize(timeout=self.timeout)
+        return self._topology
+
     async def _ready(self) -> AbstractRobustConnection:
         if self._connection is None:
             raise ConfigurationError("the AMQP broker is not connected; call connect() first")
@@ -354,6 +388,10 @@ class AmqpBroker:
             raise BrokerUnavailable(f"{action}: no answer within {self.timeout:g} s") from exc
         except (*_BROKER_ERRORS, RuntimeError) as exc:  # a bare RuntimeError: no transport
             raise BrokerUnavailable(f"{action}: {exc!r}") from exc
+
+
+def _dead_lettering(dead_letter_exchange: str) -> dict[str, str] | None:
+    return {"x-dead-letter-exchange": dead_letter_exchange} if dead_letter_exchange else None
 
 
 def _delivery(message: AbstractIncomingMessage) -> Delivery:

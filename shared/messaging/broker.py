@@ -15,6 +15,11 @@ What every adapter guarantees:
   ``x-dlscope-reason`` header, then removes it. The adapter settles only after the consumer
   returns, so an effect committed by the consumer is never lost to an early ack.
 - A message left unsettled when a consumer goes away (crash, cancel) is delivered again.
+- Partitions (``declare_partitions``): a consistent-hash exchange, as RabbitMQ's
+  ``rabbitmq_consistent_hash_exchange`` plugin has it, sends each message to exactly one of
+  its queues, chosen by hashing one header: the same value always lands in the same queue.
+  RabbitMQ hashes a missing header as one more value, so every message without it lands in
+  one same queue; nothing is dropped.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Protocol
 __all__ = [
     "ATTEMPT_HEADER",
     "REASON_HEADER",
+    "STREAM_HEADER",
     "Binding",
     "Broker",
     "Consumer",
@@ -39,6 +45,8 @@ __all__ = [
 
 ATTEMPT_HEADER = "x-dlscope-attempt"
 REASON_HEADER = "x-dlscope-reason"
+# The stream an event belongs to, set by the bus on every message: partitions hash on it.
+STREAM_HEADER = "x-dlscope-stream"
 # Where a retried message was first published, so its routing key survives the retry.
 ORIGIN_EXCHANGE_HEADER = "x-dlscope-exchange"
 ORIGIN_ROUTING_KEY_HEADER = "x-dlscope-routing-key"
@@ -109,6 +117,20 @@ class Broker(Protocol):
     ) -> None:
         """Declare durable topic exchanges, the dead-letter exchange, and a durable queue
         bound to it with ``#`` that keeps every dead letter for inspection."""
+
+    async def declare_partitions(
+        self,
+        exchange: str,
+        *,
+        source: str,
+        queues: Sequence[str],
+        hash_header: str,
+        dead_letter_exchange: str,
+    ) -> None:
+        """Declare ``exchange`` (durable, consistent hash on the ``hash_header`` header),
+        bound to the exchange ``source`` with ``#``, and the durable ``queues`` (dead-lettering
+        to ``dead_letter_exchange``), each bound to it with weight 1. Declaring every queue
+        at once keeps the hash ring whole from the start, whichever consumer starts first."""
 
     async def publish(self, exchange: str, routing_key: str, message: OutgoingMessage) -> None:
         """Publish persistently and wait for the broker's confirm. ``exchange=""`` is the

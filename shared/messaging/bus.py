@@ -16,6 +16,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from shared.errors import InvalidMessage, RequestTimeout
 from shared.messages import Envelope, Topology, decode, encode
 from shared.messaging.broker import (
+    STREAM_HEADER,
     Binding,
     Broker,
     Delivery,
@@ -114,7 +115,8 @@ class Bus:
                 OutgoingMessage(
                     body=encode(sent),
                     message_id=str(sent.event_id),
-                    headers=headers,
+                    # The stream, for consumers partitioned by it (the recorders).
+                    headers={**headers, STREAM_HEADER: sent.stream_id},
                     correlation_id=str(sent.correlation_id),
                     reply_to=reply_to,
                     persistent=persistent,

@@ -7,9 +7,10 @@ the same contract suite runs against it and the real broker.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from shared.errors import ConfigurationError
@@ -53,7 +54,12 @@ class _MemorySubscription:
 
 class MemoryBroker:
     def __init__(self) -> None:
+        # exchange -> (pattern, queue); on a consistent-hash exchange the pattern is a weight
         self._exchanges: dict[str, list[tuple[str, str]]] = {}
+        # consistent-hash exchange -> the header it hashes on
+        self._hash_headers: dict[str, str] = {}
+        # source exchange -> (pattern, destination exchange)
+        self._exchange_bindings: dict[str, list[tuple[str, str]]] = {}
         self._queues: dict[str, _Queue] = {}
         self._connected = False
         self._names = itertools.count(1)
@@ -78,6 +84,27 @@ class MemoryBroker:
         self._declare_queue(dead_letter_queue, durable=True, dead_letter_exchange=None)
         self._bind(dead_letter_queue, Binding(dead_letter_exchange, "#"))
 
+    async def declare_partitions(
+        self,
+        exchange: str,
+        *,
+        source: str,
+        queues: Sequence[str],
+        hash_header: str,
+        dead_letter_exchange: str,
+    ) -> None:
+        self._require_connection()
+        if source not in self._exchanges:
+            raise ConfigurationError(f"exchange {source!r} has not been declared")
+        self._exchanges.setdefault(exchange, [])
+        self._hash_headers[exchange] = hash_header
+        bindings = self._exchange_bindings.setdefault(source, [])
+        if ("#", exchange) not in bindings:
+            bindings.append(("#", exchange))
+        for queue in queues:
+            self._declare_queue(queue, durable=True, dead_letter_exchange=dead_letter_exchange)
+            self._bind(queue, Binding(exchange, "1"))
+
     async def publish(self, exchange: str, routing_key: str, message: OutgoingMessage) -> None:
         self._require_connection()
         delivery = Delivery(
@@ -96,9 +123,7 @@ class MemoryBroker:
         else:
             if exchange not in self._exchanges:
                 raise ConfigurationError(f"exchange {exchange!r} has not been declared")
-            names = {
-                q for pattern, q in self._exchanges[exchange] if topic_matches(pattern, routing_key)
-            }
+            names = self._route(exchange, routing_key, message.headers)
             targets = [self._queues[n] for n in sorted(names) if n in self._queues]
         for queue in targets:
             await self._enqueue(queue, delivery)
@@ -154,6 +179,22 @@ class MemoryBroker:
             for q in self._queues.values()
         )
 
+    def _route(self, exchange: str, routing_key: str, headers: Mapping[str, str]) -> set[str]:
+        """The queues a message reaches from ``exchange``, through exchange-to-exchange
+        bindings too."""
+        bindings = self._exchanges[exchange]
+        if exchange in self._hash_headers:
+            # As RabbitMQ: a missing header is hashed like any value, so all such messages
+            # land in one same queue.
+            chosen = _partition(headers.get(self._hash_headers[exchange], ""), bindings)
+            names = {chosen} if chosen else set()
+        else:
+            names = {q for pattern, q in bindings if topic_matches(pattern, routing_key)}
+        for pattern, destination in self._exchange_bindings.get(exchange, []):
+            if topic_matches(pattern, routing_key):
+                names |= self._route(destination, routing_key, headers)
+        return names
+
     def _require_connection(self) -> None:
         if not self._connected:
             raise ConfigurationError("the memory broker is not connected")
@@ -166,6 +207,8 @@ class MemoryBroker:
         return self._queues[name]
 
     def _bind(self, queue: str, binding: Binding) -> None:
+        if binding.exchange in self._hash_headers:
+            _weight(binding.pattern)  # refused at once, as RabbitMQ refuses the binding
         bindings = self._exchanges[binding.exchange]
         if (binding.pattern, queue) not in bindings:
             bindings.append((binding.pattern, queue))
@@ -235,6 +278,27 @@ class MemoryBroker:
                     correlation_id=delivery.correlation_id,
                 ),
             )
+
+
+def _partition(value: str, bindings: Sequence[tuple[str, str]]) -> str | None:
+    """Rendezvous hashing: the same value always picks the same queue while the bindings stay,
+    values spread over the queues in proportion to their weights (a weight is extra points,
+    as on RabbitMQ's hash ring)."""
+    points = [
+        (hashlib.blake2b(f"{queue}\0{point}\0{value}".encode(), digest_size=8).digest(), queue)
+        for weight, queue in bindings
+        for point in range(_weight(weight))
+    ]
+    return max(points)[1] if points else None
+
+
+def _weight(pattern: str) -> int:
+    try:
+        return max(0, int(pattern))
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"a consistent-hash binding's key is its weight, an integer, not {pattern!r}"
+        ) from exc
 
 
 def _attempt(headers: object) -> int:

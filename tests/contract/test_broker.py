@@ -26,6 +26,7 @@ from shared.messages import Envelope, Topology
 from shared.messaging.amqp import AmqpBroker
 from shared.messaging.broker import (
     REASON_HEADER,
+    STREAM_HEADER,
     Binding,
     Broker,
     Consumer,
@@ -201,7 +202,12 @@ async def remove_namespace(url: str, topology: Topology, queues: Sequence[str]) 
         channel = await connection.channel()
         for queue in (*queues, topology.dead_letters):
             await channel.queue_delete(queue)
-        for exchange in (topology.events, topology.jobs, topology.dlx):
+        for exchange in (
+            topology.events,
+            topology.jobs,
+            topology.dlx,
+            topology.recorder_partitions,
+        ):
             await channel.exchange_delete(exchange)
 
 
@@ -323,6 +329,111 @@ async def test_publishing_to_an_undeclared_exchange_fails_and_the_broker_stays_u
     await rig.subscribe(rig.queue("after"), ["job.#"], recorder)
     await rig.publish("job.cpu", b"still works")
     assert (await recorder.next()).body == b"still works"
+
+
+# Partitions
+
+
+class Partitions:
+    """Consumers on every queue of a consistent-hash exchange, keeping which queue got what."""
+
+    def __init__(self, rig: Rig, count: int) -> None:
+        self.rig = rig
+        self.exchange = rig.topology.recorder_partitions
+        self.queues = [rig.queue(f"p{i}") for i in range(count)]
+        self.got: defaultdict[str, list[Delivery]] = defaultdict(list)
+        self._arrived: asyncio.Queue[None] = asyncio.Queue()
+
+    async def declare(self) -> None:
+        await self.rig.broker.declare_partitions(
+            self.exchange,
+            source=self.rig.topology.events,
+            queues=self.queues,
+            hash_header=STREAM_HEADER,
+            dead_letter_exchange=self.rig.topology.dlx,
+        )
+
+    async def consume(self) -> None:
+        for queue in self.queues:
+
+            async def keep(delivery: Delivery, queue: str = queue) -> Verdict:
+                self.got[queue].append(delivery)
+                self._arrived.put_nowait(None)
+                return ACK
+
+            await self.rig.broker.consume(
+                queue, [], keep, prefetch=16, dead_letter_exchange=self.rig.topology.dlx
+            )
+
+    async def take(self, count: int) -> None:
+        async with asyncio.timeout(WAIT):
+            for _ in range(count):
+                await self._arrived.get()
+
+    async def publish(self, routing_key: str, body: bytes, stream: str | None) -> None:
+        headers = {STREAM_HEADER: stream} if stream is not None else {}
+        message = OutgoingMessage(body=body, message_id=uuid.uuid4().hex, headers=headers)
+        await self.rig.broker.publish(self.rig.topology.events, routing_key, message)
+
+
+async def test_partitions_keep_each_stream_in_one_queue_in_order_and_use_every_queue(
+    rig: Rig,
+) -> None:
+    partitions = Partitions(rig, 3)
+    # Every recorder declares the partitions; declaring again changes nothing.
+    await partitions.declare()
+    await partitions.declare()
+    await partitions.consume()
+    streams = [f"stream-{i}" for i in range(40)]
+    for step in range(3):
+        for stream in streams:
+            await partitions.publish(f"run.step{step}", f"{stream}/{step}".encode(), stream)
+
+    await partitions.take(len(streams) * 3)
+
+    owner: dict[str, str] = {}
+    for queue, deliveries in partitions.got.items():
+        for delivery in deliveries:
+            stream = delivery.body.decode().split("/")[0]
+            assert owner.setdefault(stream, queue) == queue, f"{stream} reached two queues"
+    assert set(owner) == set(streams)
+    assert set(owner.values()) == set(partitions.queues), "some queue got no stream"
+    for stream in streams:
+        bodies = [
+            d.body
+            for d in partitions.got[owner[stream]]
+            if d.body.startswith(b"%s/" % stream.encode())
+        ]
+        assert bodies == [f"{stream}/{step}".encode() for step in range(3)]
+    # A delivery still says where it was published and under which key.
+    delivery = partitions.got[owner["stream-0"]][0]
+    assert (delivery.exchange, delivery.headers[STREAM_HEADER]) == (rig.topology.events, "stream-0")
+    assert delivery.routing_key.startswith("run.step")
+
+
+async def test_partitions_put_every_message_without_the_header_in_one_queue(rig: Rig) -> None:
+    partitions = Partitions(rig, 2)
+    await partitions.declare()
+    await partitions.consume()
+
+    for i in range(10):
+        await partitions.publish(f"raw.key{i}", f"raw-{i}".encode(), None)
+    await partitions.take(10)
+
+    # Nothing lost: all of them, in order, in the one queue a missing header hashes to.
+    [(_, deliveries)] = [(q, d) for q, d in partitions.got.items() if d]
+    assert [d.body for d in deliveries] == [f"raw-{i}".encode() for i in range(10)]
+
+
+async def test_partitions_need_their_source_exchange(rig: Rig) -> None:
+    with pytest.raises(ConfigurationError):
+        await rig.broker.declare_partitions(
+            rig.topology.recorder_partitions,
+            source=rig.topology.queue("missing"),
+            queues=[rig.queue("p0")],
+            hash_header=STREAM_HEADER,
+            dead_letter_exchange=rig.topology.dlx,
+        )
 
 
 # Settling
@@ -574,6 +685,15 @@ async def bus_for(rig: Rig, spans: SpanSink) -> AsyncIterator[Callable[[str], Bu
 
 def envelope(type_: str, **payload: object) -> Envelope:
     return Envelope(type=type_, stream_id="test-1", correlation_id=uuid.uuid4(), payload=payload)
+
+
+async def test_bus_names_the_stream_in_a_header(rig: Rig, bus_for: Callable[[str], Bus]) -> None:
+    recorder = Recorder()
+    await rig.subscribe(rig.queue("streams"), ["#"], recorder)
+
+    await bus_for("producer").publish(envelope("thing.happened"))
+
+    assert (await recorder.next()).headers[STREAM_HEADER] == "test-1"
 
 
 async def test_bus_dead_letters_unreadable_messages_and_goes_on(
