@@ -103,7 +103,7 @@ class SchedulerService:
             await self._fail(
                 envelope,
                 "validation",
-                f"model {manifest.ref} is a {manifest.framework.name} model; "
+                f"model {manifest.ref} is for {manifest.framework.name}; "
                 f"it cannot run on {request.framework}",
             )
             return

@@ -174,3 +174,33 @@ def test_the_zoo_digits_model_reaches_its_recorded_accuracy_through_the_worker(
     accuracy = json.loads(result_file.read_text())["evaluation"]["result"]["accuracy"]
     assert accuracy["samples"] == 360
     assert accuracy["top1"] == pytest.approx(expected, abs=1e-9)
+
+    # The same weights as TorchScript, on the PyTorch worker: the same top-1.
+    torch_file = tmp_path / "digits-torch.json"
+    run = dlscope(
+        tmp_path,
+        "run",
+        "digits-cnn-torch",
+        "--framework",
+        "pytorch",
+        "--dataset",
+        "digits",
+        "--split",
+        "test",
+        "-n",
+        "20",
+        "-b",
+        "32",
+        "--json",
+        str(torch_file),
+    )
+    assert run.returncode == 0, run.stderr
+    evaluation = json.loads(torch_file.read_text())["evaluation"]
+    assert evaluation["framework"] == "pytorch"
+    assert evaluation["result"]["accuracy"]["top1"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_a_model_for_another_framework_is_refused_with_the_reason(tmp_path: Path) -> None:
+    result = dlscope(tmp_path, "run", "squeezenet", "--framework", "pytorch")
+    assert result.returncode == 1
+    assert "squeezenet@1.0.0 is for onnxruntime; it cannot run on pytorch" in result.stderr

@@ -23,9 +23,13 @@ def predictor_factory(framework: str) -> PredictorFactory:
             from services.workers.predictors import onnxrt
 
             return PredictorFactory(onnxrt.OnnxRuntimePredictor, onnxrt.framework_version)
+        if framework == "pytorch":
+            from services.workers.predictors import torchscript
+
+            return PredictorFactory(torchscript.TorchScriptPredictor, torchscript.framework_version)
     except ImportError as exc:
         raise ConfigurationError(f"framework {framework!r} is not installed here: {exc}") from exc
     raise ConfigurationError(
         f"no predictor for framework {framework!r} in this version of dlscope; "
-        "available: onnxruntime"
+        "available: onnxruntime, pytorch"
     )
