@@ -158,7 +158,6 @@ async def run(
         # The duplicates are acknowledged as no-ops, after the last new event.
         await eventually(lambda: _all(queues, _drained), timeout=60)
         checks = await _verify(deployment.database_url, envelopes)
-        await _remove(deployment.namespace, queues)
     return {
         "recorders": recorders,
         "events": len(envelopes),
@@ -197,22 +196,6 @@ async def _publish(deployment: Deployment, envelopes: list[Envelope]) -> int:
 
 async def _all(queues: list[str], probe: Callable[[str], Awaitable[bool]]) -> bool:
     return all([await probe(queue) for queue in queues])
-
-
-async def _remove(namespace: str, queues: list[str]) -> None:
-    """The deployment's queues and exchanges: a benchmark leaves the broker as it found it."""
-    topology = Topology(namespace)
-    async with await aio_pika.connect(RABBITMQ_URL) as connection:
-        channel = await connection.channel()
-        for queue in (*queues, topology.dead_letters):
-            await channel.queue_delete(queue)
-        for exchange in (
-            topology.recorder_partitions,
-            topology.events,
-            topology.jobs,
-            topology.dlx,
-        ):
-            await channel.exchange_delete(exchange)
 
 
 async def _drained(queue: str) -> bool:

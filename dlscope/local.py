@@ -17,12 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import asyncpg
 import httpx
 
 from shared.config import REPOSITORY_ROOT
+from shared.messages import Topology
 
-__all__ = ["SERVICES", "Deployment", "eventually", "fresh_database", "throwaway_deployment"]
+__all__ = [
+    "SERVICES",
+    "Deployment",
+    "eventually",
+    "fresh_database",
+    "purge_namespace",
+    "throwaway_deployment",
+]
 
 SERVICES = ["recorder", "registry", "analyzer", "scheduler", "workers", "gateway"]
 
@@ -181,3 +190,27 @@ async def throwaway_deployment(
         finally:
             deployment.stop_all()
             await drop_database()
+            await purge_namespace(broker_url, deployment.namespace, recorder_partitions=recorders)
+
+
+# The durable queues dlscope's services declare (the others delete themselves).
+_DURABLE_QUEUES = ("registry", "analyzer", "scheduler.requests", "worker.onnxruntime.cpu")
+
+
+async def purge_namespace(url: str, namespace: str, *, recorder_partitions: int = 1) -> None:
+    """Remove a deployment's queues and exchanges from the broker, leaving it as it was."""
+    topology = Topology(namespace)
+    queues = [f"{namespace}.{queue}" for queue in _DURABLE_QUEUES]
+    queues += [topology.recorder_queue(i, recorder_partitions) for i in range(recorder_partitions)]
+    queues.append(topology.dead_letters)
+    async with await aio_pika.connect(url) as connection:
+        channel = await connection.channel()
+        for queue in queues:
+            await channel.queue_delete(queue)
+        for exchange in (
+            topology.recorder_partitions,
+            topology.events,
+            topology.jobs,
+            topology.dlx,
+        ):
+            await channel.exchange_delete(exchange)

@@ -15,9 +15,8 @@ import httpx
 import orjson
 import pytest
 
-from dlscope.local import SERVICES, Deployment, eventually, fresh_database
+from dlscope.local import SERVICES, Deployment, eventually, fresh_database, purge_namespace
 from tests.conftest import POSTGRES_ADMIN_DSN
-from tests.rabbitmq import purge_namespace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.postgres]
 

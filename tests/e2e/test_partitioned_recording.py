@@ -10,7 +10,7 @@ import aio_pika
 import pytest
 
 from bench.recorder_throughput import evaluation_events
-from dlscope.local import Deployment, eventually, throwaway_deployment
+from dlscope.local import Deployment, eventually, purge_namespace, throwaway_deployment
 from shared.config import Settings
 from shared.eventstore import EventStore
 from shared.messages import Envelope, Topology, encode
@@ -18,7 +18,6 @@ from shared.messaging import Bus
 from shared.messaging.amqp import AmqpBroker
 from shared.telemetry import Telemetry
 from tests.conftest import POSTGRES_ADMIN_DSN
-from tests.rabbitmq import purge_namespace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.postgres]
 

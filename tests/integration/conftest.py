@@ -12,11 +12,11 @@ import httpx
 import pytest
 
 from dlscope.embedded import all_services
+from dlscope.local import purge_namespace
 from shared.config import Settings
 from shared.messaging import create_broker
 from shared.runtime import Runtime, Service, running
 from shared.telemetry import Telemetry
-from tests.rabbitmq import purge_namespace
 
 
 class Stack:

@@ -20,12 +20,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dlscope.embedded import all_services
+from dlscope.local import purge_namespace
 from shared.config import REPOSITORY_ROOT, Settings
 from shared.eventstore import EventStore
 from shared.messaging import create_broker
 from shared.runtime import Runtime, running
 from shared.telemetry import Telemetry
-from tests.rabbitmq import purge_namespace
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.postgres]
 
