@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlscope.models_cli import models
-from dlscope.zoo_cli import zoo
+from dlscope.zoo_cli import build_on_first_use, zoo
 from shared.config import Settings
 from shared.errors import DlscopeError
 from shared.messages import FRAMEWORKS, HARDWARE, EvaluationRequested, Scenario
@@ -180,6 +180,7 @@ def run(
         split=split,
     )
     settings = embedded_settings(Settings())
+    build_on_first_use(model, settings.home)
     with console.status(f"evaluating {model} on {framework} ({hardware})…"):
         try:
             outcome = uvloop.run(evaluate(settings, request))

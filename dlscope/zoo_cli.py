@@ -20,7 +20,7 @@ from shared.errors import DlscopeError
 from shared.manifests import ModelManifest
 from shared.messages import RegisterArtifact, RegistrationResult
 
-__all__ = ["zoo"]
+__all__ = ["ZOO_MODELS", "build_on_first_use", "build_zoo", "zoo"]
 
 zoo = typer.Typer(help="The built-in zoo's trained models, built locally.", no_args_is_help=True)
 console = Console()
@@ -44,19 +44,15 @@ def _register(manifest: ModelManifest, gateway: str | None, token: str | None) -
     return bool(result.created)
 
 
-@zoo.command("build")
-def build(
-    out: Annotated[
-        Path | None, typer.Option(help="where to write the models; default: DLSCOPE_HOME/zoo")
-    ] = None,
-    gateway: Gateway = None,
-    token: Token = None,
-) -> None:
-    """Train digits-cnn (ONNX and TorchScript), write its manifests, register them."""
-    # torch takes seconds to import: only this command pays for it.
+# The models `dlscope zoo build` makes; `dlscope run` builds them on first use.
+ZOO_MODELS = ("digits-cnn", "digits-cnn-torch")
+
+
+def build_zoo(out_dir: Path, gateway: str | None = None, token: str | None = None) -> None:
+    """Train digits-cnn (ONNX and TorchScript) into ``out_dir`` and register it."""
+    # torch takes seconds to import: only building pays for it.
     from dlscope.zoo import build_digits
 
-    out_dir = out if out is not None else Settings().home / "zoo"
     with console.status("training digits-cnn on the digits train split…"):
         try:
             built = build_digits(out_dir)
@@ -72,3 +68,22 @@ def build(
             soft_wrap=True,
             highlight=False,
         )
+
+
+def build_on_first_use(model: str, home: Path) -> None:
+    """Build the zoo into ``home`` when ``model`` is one of its models not built there yet."""
+    if model in ZOO_MODELS and not (home / "zoo" / f"{model}.yaml").exists():
+        console.print(f"{model} is not built here yet: building the zoo first (no download)")
+        build_zoo(home / "zoo")
+
+
+@zoo.command("build")
+def build(
+    out: Annotated[
+        Path | None, typer.Option(help="where to write the models; default: DLSCOPE_HOME/zoo")
+    ] = None,
+    gateway: Gateway = None,
+    token: Token = None,
+) -> None:
+    """Train digits-cnn (ONNX and TorchScript), write its manifests, register them."""
+    build_zoo(out if out is not None else Settings().home / "zoo", gateway, token)

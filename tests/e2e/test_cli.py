@@ -204,3 +204,14 @@ def test_a_model_for_another_framework_is_refused_with_the_reason(tmp_path: Path
     result = dlscope(tmp_path, "run", "squeezenet", "--framework", "pytorch")
     assert result.returncode == 1
     assert "squeezenet@1.0.0 is for onnxruntime; it cannot run on pytorch" in result.stderr
+
+
+def test_a_zoo_model_is_built_on_first_use(tmp_path: Path) -> None:
+    first = dlscope(tmp_path, "run", "digits-cnn", "--dataset", "digits", "--split", "test")
+    assert first.returncode == 0, first.stderr
+    assert "digits-cnn is not built here yet: building the zoo first" in first.stdout
+    assert "top-1 on digits@1.0.0 test (360 samples)" in " ".join(first.stdout.split())
+
+    again = dlscope(tmp_path, "run", "digits-cnn", "-n", "5")
+    assert again.returncode == 0, again.stderr
+    assert "building the zoo" not in again.stdout
