@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     # An agent that has not been heard from for this many heartbeats is considered offline.
     agent_missed_heartbeats: int = 3
     rpc_timeout_s: float = 10.0
+    # The longest an evaluation may take from being scheduled to its outcome; then it is
+    # failed ("timeout"), so none waits forever for a worker that died.
+    evaluation_timeout_s: float = Field(default=3600.0, gt=0)
     # Attempts at a message whose handler fails transiently before it is dead-lettered.
     max_delivery_attempts: int = 3
     prefetch: int = 16

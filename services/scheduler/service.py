@@ -6,6 +6,7 @@ requested -> resolve the model with the registry -> pick candidates -> scheduled
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -19,6 +20,8 @@ from shared.messages import (
     AgentOnline,
     AgentsDiscover,
     Envelope,
+    EvaluationCompleted,
+    EvaluationFailed,
     EvaluationRequested,
     EvaluationScheduled,
     FailureStage,
@@ -44,21 +47,29 @@ class SchedulerService:
         self._settings = runtime.settings
         self._bus = runtime.bus(self.name)
         self.agents = AgentDirectory(missed_heartbeats=runtime.settings.agent_missed_heartbeats)
+        self._deadlines: dict[uuid.UUID, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
         await self._bus.start()
         events = self._bus.topology.events
+        # This instance's own view (agents, deadlines): private queues, gone when it stops.
+        instance = f"{socket.gethostname()}-{os.getpid()}"
         await self._bus.subscribe(
             self._bus.topology.queue(self.name, "requests"),
             [Binding(events, EvaluationRequested.TYPE)],
             self._schedule,
             on_dead_letter=self._gave_up,
         )
-        # Agent state is this instance's own view: a private queue, gone when it stops.
         await self._bus.subscribe(
-            self._bus.topology.queue(self.name, "agents", f"{socket.gethostname()}-{os.getpid()}"),
+            self._bus.topology.queue(self.name, "agents", instance),
             [Binding(events, "agent.*")],
             self._track_agent,
+            durable=False,
+        )
+        await self._bus.subscribe(
+            self._bus.topology.queue(self.name, "outcomes", instance),
+            [Binding(events, EvaluationCompleted.TYPE), Binding(events, EvaluationFailed.TYPE)],
+            self._settled,
             durable=False,
         )
         await self._bus.publish(
@@ -71,7 +82,42 @@ class SchedulerService:
         )
 
     async def stop(self) -> None:
+        for deadline in self._deadlines.values():
+            deadline.cancel()
         await self._bus.stop()
+
+    @property
+    def watched(self) -> set[uuid.UUID]:
+        """The evaluations scheduled here and still waiting for their outcome."""
+        return set(self._deadlines)
+
+    async def _settled(self, envelope: Envelope) -> None:
+        deadline = self._deadlines.pop(envelope.correlation_id, None)
+        if deadline is not None:
+            deadline.cancel()
+
+    def _watch(self, scheduled: Envelope) -> None:
+        """Fail the evaluation if it has no outcome in time (its worker may have died)."""
+        timeout = self._settings.evaluation_timeout_s
+
+        async def expire() -> None:
+            await asyncio.sleep(timeout)
+            self._deadlines.pop(scheduled.correlation_id, None)
+            failed = failure_caused_by(
+                scheduled,
+                stage="timeout",
+                reason=f"no outcome within {timeout:g} s of being scheduled; the worker may "
+                "have stopped (DLSCOPE_EVALUATION_TIMEOUT_S)",
+                producer=self.name,
+            )
+            if failed is not None:
+                await self._bus.publish(failed)
+
+        # A redelivered request is scheduled again: its earlier deadline must not outlive it.
+        earlier = self._deadlines.pop(scheduled.correlation_id, None)
+        if earlier is not None:
+            earlier.cancel()
+        self._deadlines[scheduled.correlation_id] = asyncio.create_task(expire())
 
     async def _gave_up(self, envelope: Envelope, reason: str) -> None:
         """A request that cannot be scheduled (invalid, or failing every retry) fails its
@@ -170,6 +216,7 @@ class SchedulerService:
             exchange=self._bus.topology.jobs,
             routing_key=job_key(request.framework, request.hardware, request.agent_id),
         )
+        self._watch(envelope)
 
     async def _fail(self, cause: Envelope, stage: FailureStage, reason: str) -> None:
         failed = failure_caused_by(cause, stage=stage, reason=reason, producer=self.name)

@@ -1,0 +1,113 @@
+"""An evaluation never waits forever: if its worker stops answering, the scheduler fails it
+when DLSCOPE_EVALUATION_TIMEOUT_S has passed since it was scheduled."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from dlscope.embedded import all_services
+from services.scheduler import SchedulerService
+from shared.config import Settings
+from shared.messages import AgentOnline, Envelope, agent_stream
+from shared.messaging import MemoryBroker
+from shared.runtime import Runtime, running
+from shared.telemetry import Telemetry
+
+
+async def outcome(http: httpx.AsyncClient, evaluation_id: str) -> dict[str, Any]:
+    async with asyncio.timeout(30):
+        while True:
+            response = await http.get(f"/v1/evaluations/{evaluation_id}")
+            body: dict[str, Any] = response.json()
+            if response.status_code == 200 and body["status"] in ("completed", "failed"):
+                return body
+            await asyncio.sleep(0.05)
+
+
+@dataclass
+class Stack:
+    runtime: Runtime
+    http: httpx.AsyncClient
+    scheduler: SchedulerService
+    broker: MemoryBroker
+
+
+@pytest.fixture
+def timeout_s() -> float:
+    return 0.5
+
+
+@pytest.fixture
+async def stack(tmp_path: Path, namespace: str, timeout_s: float) -> AsyncIterator[Stack]:
+    """Every service in this process (memory broker, SQLite), with a short evaluation timeout."""
+    settings = Settings(home=tmp_path, namespace=namespace, evaluation_timeout_s=timeout_s)
+    broker = MemoryBroker()
+    runtime = Runtime(settings, Telemetry.create(settings, "test"), broker)
+    services = all_services(runtime, [("onnxruntime", "cpu")], gateway=("127.0.0.1", 0))
+    scheduler = next(s for s in services if isinstance(s, SchedulerService))
+    try:
+        async with running(services):
+            port = services[-1].port  # type: ignore[attr-defined]
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+                yield Stack(runtime, http, scheduler, broker)
+    finally:
+        await runtime.close()
+
+
+async def test_an_evaluation_whose_worker_never_answers_fails_with_a_timeout(
+    stack: Stack,
+) -> None:
+    # A worker that announced itself for a GPU, then went silent: jobs reach nobody.
+    bus = stack.runtime.bus("test")
+    await bus.start()
+    await bus.publish(
+        Envelope.wrap(
+            AgentOnline(
+                agent_id="ghost",
+                host="gone",
+                framework="onnxruntime",
+                framework_version="1.31.1",
+                hardware="gpu",
+                heartbeat_interval_s=60,
+            ),
+            stream_id=agent_stream("ghost"),
+            correlation_id=uuid.uuid4(),
+        )
+    )
+    await stack.broker.drained()  # the scheduler has seen the announcement
+    online = {a.agent_id for a in stack.scheduler.agents.online(time.monotonic())}
+    assert "ghost" in online
+
+    accepted = (
+        await stack.http.post(
+            "/v1/evaluations",
+            json={"model": "squeezenet", "framework": "onnxruntime", "hardware": "gpu"},
+        )
+    ).json()
+    evaluation = await outcome(stack.http, accepted["id"])
+    assert evaluation["status"] == "failed"
+    assert evaluation["error"].startswith("timeout: no outcome within 0.5 s of being scheduled")
+
+
+# Time enough to complete on a loaded machine: this test is about the deadline going away.
+@pytest.mark.parametrize("timeout_s", [120.0])
+async def test_an_evaluation_that_completes_is_no_longer_watched(stack: Stack) -> None:
+    accepted = (
+        await stack.http.post(
+            "/v1/evaluations",
+            json={"model": "squeezenet", "framework": "onnxruntime", "scenario": {"iterations": 2}},
+        )
+    ).json()
+    evaluation = await outcome(stack.http, accepted["id"])
+    assert evaluation["status"] == "completed", evaluation["error"]
+    await stack.broker.drained()  # the scheduler has seen the completion too
+    assert uuid.UUID(accepted["id"]) not in stack.scheduler.watched
