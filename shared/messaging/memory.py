@@ -37,6 +37,7 @@ class _Queue:
     messages: deque[Delivery] = field(default_factory=deque)
     ready: asyncio.Condition = field(default_factory=asyncio.Condition)
     in_flight: int = 0
+    consumers: int = 0
 
 
 class _MemorySubscription:
@@ -46,8 +47,13 @@ class _MemorySubscription:
         self._task = task
 
     async def cancel(self) -> None:
+        if self._task.done():
+            return
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
+        self._queue.consumers -= 1
+        if self._broker._quiet():
+            self._broker._idle.set()
         if not self._queue.durable:
             self._broker._queues.pop(self._queue.name, None)
 
@@ -149,6 +155,7 @@ class MemoryBroker:
         task = asyncio.create_task(
             self._consume(declared, consumer, prefetch), name=f"consume {queue}"
         )
+        declared.consumers += 1
         return _MemorySubscription(self, declared, task)
 
     async def declare_reply_queue(self, consumer: Consumer) -> str:
@@ -166,7 +173,8 @@ class MemoryBroker:
             bindings[:] = [(p, q) for p, q in bindings if q != queue]
 
     async def drained(self) -> None:
-        """Wait until every queue is empty and no delivery is being handled (embedded mode)."""
+        """Wait until every queue someone consumes is empty and no delivery is being handled
+        (the embedded mode's way to know that everything caused so far has happened)."""
         while not self._quiet():
             self._idle.clear()
             await self._idle.wait()
@@ -174,9 +182,10 @@ class MemoryBroker:
     # internals
 
     def _quiet(self) -> bool:
+        # Messages in a queue nobody consumes (the dead letters, a stopped worker's jobs)
+        # wait there by design; drained means nothing more will happen by itself.
         return all(
-            q.in_flight == 0 and (not q.messages or q.name.endswith("dead-letters"))
-            for q in self._queues.values()
+            q.in_flight == 0 and (not q.messages or q.consumers == 0) for q in self._queues.values()
         )
 
     def _route(self, exchange: str, routing_key: str, headers: Mapping[str, str]) -> set[str]:
