@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from opentelemetry import trace
 
 from services.gateway.auth import require_token
-from services.gateway.context import GatewayContext
+from services.gateway.context import GatewayContext, ask_registry
 from services.gateway.models_api import router as models_router
 from services.gateway.schemas import (
     AgentOut,
@@ -30,10 +30,7 @@ from shared.messages import (
     EvaluationRequested,
     ResolveArtifact,
     ResolvedArtifact,
-    ResolvedModel,
-    ResolveModel,
     evaluation_stream,
-    rpc_key,
 )
 from shared.telemetry import trace_id_hex
 
@@ -63,40 +60,11 @@ def create_app(context: GatewayContext) -> FastAPI:
     )
     async def create_evaluation(body: EvaluationCreate, request: Request) -> EvaluationAccepted:
         evaluation_id = uuid.uuid4()
-        reply = await context.bus.request(
-            rpc_key("registry", "resolve"),
-            Envelope.wrap(
-                ResolveModel(name=body.model, version=body.version),
-                stream_id="registry",
-                correlation_id=evaluation_id,
-            ),
-            timeout=context.settings.rpc_timeout_s,
-        )
-        resolved = reply.open(ResolvedModel)
-        if resolved.manifest is None:
-            field = "model" if "unknown model" in (resolved.error or "") else "version"
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                [{"loc": ["body", field], "msg": resolved.error, "type": "value_error"}],
-            )
+        await _resolve(context, evaluation_id, "model", body.model, body.version, "version")
         if body.dataset is not None:
-            answer = await context.bus.request(
-                rpc_key("registry", "resolve-artifact"),
-                Envelope.wrap(
-                    ResolveArtifact(
-                        kind="dataset", name=body.dataset, version=body.dataset_version
-                    ),
-                    stream_id="registry",
-                    correlation_id=evaluation_id,
-                ),
-                timeout=context.settings.rpc_timeout_s,
+            await _resolve(
+                context, evaluation_id, "dataset", body.dataset, body.dataset_version, "dataset"
             )
-            found = answer.open(ResolvedArtifact)
-            if found.manifest is None:
-                raise HTTPException(
-                    status.HTTP_422_UNPROCESSABLE_CONTENT,
-                    [{"loc": ["body", "dataset"], "msg": found.error, "type": "value_error"}],
-                )
         await context.bus.publish(
             Envelope.wrap(
                 EvaluationRequested(
@@ -217,6 +185,30 @@ def create_app(context: GatewayContext) -> FastAPI:
         return {"ready": ready, "checks": checks}
 
     return app
+
+
+async def _resolve(
+    context: GatewayContext,
+    evaluation_id: uuid.UUID,
+    kind: str,
+    name: str,
+    version: str,
+    version_field: str,
+) -> None:
+    """Refuse the request (422, naming the field) unless the registry knows the artifact."""
+    reply = await ask_registry(
+        context,
+        "resolve",
+        ResolveArtifact(kind=kind, name=name, version=version),
+        correlation_id=evaluation_id,
+    )
+    error = reply.open(ResolvedArtifact).error
+    if error is not None:
+        field = kind if f"unknown {kind}" in error else version_field
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            [{"loc": ["body", field], "msg": error, "type": "value_error"}],
+        )
 
 
 def _evaluation_out(view: EvaluationView, settings: Settings) -> EvaluationOut:

@@ -3,7 +3,6 @@ registration and deprecation are asked of the registry, which publishes the even
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -13,16 +12,13 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response,
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.gateway.auth import require_token
-from services.gateway.context import GatewayContext, context_of
+from services.gateway.context import GatewayContext, ask_registry, context_of
 from shared.eventstore import ArtifactView
 from shared.messages import (
     DeprecateArtifact,
     DeprecationResult,
-    Envelope,
-    Payload,
     RegisterArtifact,
     RegistrationResult,
-    rpc_key,
 )
 
 __all__ = ["router"]
@@ -130,7 +126,7 @@ async def model_version(name: str, version: str, context: Context) -> ModelDetai
 async def register_model(request: Request, response: Response, context: Context) -> Registered:
     """Register a model manifest, sent as JSON or YAML (see docs/manifests.md)."""
     submitted = _parse_manifest(request.headers.get("content-type", ""), await request.body())
-    reply = await _ask(context, "register", RegisterArtifact(manifest=submitted))
+    reply = await ask_registry(context, "register", RegisterArtifact(manifest=submitted))
     result = reply.open(RegistrationResult)
     if result.conflict:
         raise HTTPException(status.HTTP_409_CONFLICT, result.error)
@@ -148,7 +144,7 @@ async def register_model(request: Request, response: Response, context: Context)
 )
 async def deprecate_model(name: str, version: str, body: Deprecation, context: Context) -> None:
     """Deprecate a version: constraints stop choosing it; an exact pin still does."""
-    reply = await _ask(
+    reply = await ask_registry(
         context, "deprecate", DeprecateArtifact(name=name, version=version, reason=body.reason)
     )
     error = reply.open(DeprecationResult).error
@@ -177,11 +173,3 @@ def _parse_manifest(content_type: str, body: bytes) -> dict[str, Any]:
             status.HTTP_422_UNPROCESSABLE_CONTENT, "a manifest must be a mapping (an object)"
         )
     return data
-
-
-async def _ask(context: GatewayContext, call: str, payload: Payload) -> Envelope:
-    return await context.bus.request(
-        rpc_key("registry", call),
-        Envelope.wrap(payload, stream_id="registry", correlation_id=uuid.uuid4()),
-        timeout=context.settings.rpc_timeout_s,
-    )

@@ -36,14 +36,10 @@ from shared.messages import (
     DeprecateArtifact,
     DeprecationResult,
     Envelope,
-    ListModels,
-    ModelList,
     RegisterArtifact,
     RegistrationResult,
     ResolveArtifact,
     ResolvedArtifact,
-    ResolvedModel,
-    ResolveModel,
     artifact_stream,
     rpc_key,
 )
@@ -54,7 +50,7 @@ __all__ = ["RegistryService"]
 
 log = logging.getLogger(__name__)
 
-CALLS = ("resolve", "resolve-artifact", "list", "register", "deprecate")
+CALLS = ("resolve", "register", "deprecate")
 _MANIFEST: TypeAdapter[Manifest] = TypeAdapter(Manifest)
 
 
@@ -115,23 +111,13 @@ class RegistryService:
     async def _answer(self, request: Envelope) -> Envelope:
         call = request.typed()
         reply: Any
-        if isinstance(call, ResolveModel):
-            try:
-                model = self.catalog.resolve("model", call.name, call.version)
-                assert isinstance(model, ModelManifest)
-                reply = ResolvedModel(manifest=model)
-            except ModelNotFound as exc:
-                reply = ResolvedModel(error=str(exc))
-        elif isinstance(call, ResolveArtifact):
+        if isinstance(call, ResolveArtifact):
             try:
                 reply = ResolvedArtifact(
                     manifest=self.catalog.resolve(call.kind, call.name, call.version)
                 )
             except ModelNotFound as exc:
                 reply = ResolvedArtifact(error=str(exc))
-        elif isinstance(call, ListModels):
-            models = self.catalog.all("model")
-            reply = ModelList(models=[m for m in models if isinstance(m, ModelManifest)])
         elif isinstance(call, RegisterArtifact):
             reply = await self._answer_registration(call.manifest)
         elif isinstance(call, DeprecateArtifact):

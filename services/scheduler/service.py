@@ -13,7 +13,7 @@ import time
 import uuid
 
 from services.scheduler.agents import AgentDirectory
-from shared.manifests import DatasetManifest
+from shared.manifests import DatasetManifest, Manifest, ModelManifest
 from shared.messages import (
     AgentHeartbeat,
     AgentOffline,
@@ -27,8 +27,6 @@ from shared.messages import (
     FailureStage,
     ResolveArtifact,
     ResolvedArtifact,
-    ResolvedModel,
-    ResolveModel,
     RunEvaluation,
     failure_caused_by,
     job_key,
@@ -133,18 +131,12 @@ class SchedulerService:
 
     async def _schedule(self, envelope: Envelope) -> None:
         request = envelope.open(EvaluationRequested)
-        reply = await self._bus.request(
-            rpc_key("registry", "resolve"),
-            envelope.caused(
-                ResolveModel(name=request.model, version=request.model_version), producer=self.name
-            ),
-            timeout=self._settings.rpc_timeout_s,
+        manifest, error = await self._resolve(
+            envelope, "model", request.model, request.model_version
         )
-        resolved = reply.open(ResolvedModel)
-        if resolved.manifest is None:
-            await self._fail(envelope, "validation", resolved.error or "model not found")
+        if not isinstance(manifest, ModelManifest):
+            await self._fail(envelope, "validation", error)
             return
-        manifest = resolved.manifest
         if manifest.framework.name != request.framework:
             await self._fail(
                 envelope,
@@ -155,21 +147,13 @@ class SchedulerService:
             return
         dataset = None
         if request.dataset is not None:
-            answer = await self._bus.request(
-                rpc_key("registry", "resolve-artifact"),
-                envelope.caused(
-                    ResolveArtifact(
-                        kind="dataset", name=request.dataset, version=request.dataset_version
-                    ),
-                    producer=self.name,
-                ),
-                timeout=self._settings.rpc_timeout_s,
+            found, error = await self._resolve(
+                envelope, "dataset", request.dataset, request.dataset_version
             )
-            found = answer.open(ResolvedArtifact)
-            if not isinstance(found.manifest, DatasetManifest):
-                await self._fail(envelope, "validation", found.error or "not a dataset")
+            if not isinstance(found, DatasetManifest):
+                await self._fail(envelope, "validation", error)
                 return
-            dataset = found.manifest
+            dataset = found
             if request.split is not None and request.split not in dataset.splits:
                 splits = ", ".join(dataset.splits) or "none"
                 await self._fail(
@@ -217,6 +201,26 @@ class SchedulerService:
             routing_key=job_key(request.framework, request.hardware, request.agent_id),
         )
         self._watch(envelope)
+
+    async def _resolve(
+        self, cause: Envelope, kind: str, name: str, version: str
+    ) -> tuple[Manifest | None, str]:
+        """The registry's manifest for ``kind`` ``name`` ``version``, or why there is none."""
+        reply = await self._bus.request(
+            rpc_key("registry", "resolve"),
+            # A fresh id per call (not one derived from the cause: two calls of one type would
+            # share it); the causation still names the request.
+            Envelope.wrap(
+                ResolveArtifact(kind=kind, name=name, version=version),
+                stream_id="registry",
+                correlation_id=cause.correlation_id,
+                causation_id=cause.event_id,
+                producer=self.name,
+            ),
+            timeout=self._settings.rpc_timeout_s,
+        )
+        found = reply.open(ResolvedArtifact)
+        return found.manifest, found.error or f"no {kind} {name!r} in the registry"
 
     async def _fail(self, cause: Envelope, stage: FailureStage, reason: str) -> None:
         failed = failure_caused_by(cause, stage=stage, reason=reason, producer=self.name)

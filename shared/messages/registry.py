@@ -7,9 +7,7 @@ Events (stream ``artifact-<kind>-<name>``, on the events exchange, recorded like
 
 Request/reply (routing key ``rpc.registry.<call>`` on the jobs exchange):
 
-    resolve     model name + version constraint -> the highest matching model manifest
-    resolve-artifact   the same for any kind (model, dataset, framework)
-    list        every registered, non-deprecated model manifest
+    resolve     kind + name + version constraint -> the highest matching manifest
     register    a manifest, as submitted -> registered, already registered, or refused
     deprecate   name + version + reason -> done or refused
 """
@@ -20,7 +18,7 @@ from typing import Any
 
 from pydantic import Field
 
-from shared.manifests import Manifest, ModelManifest
+from shared.manifests import Manifest
 from shared.messages.envelope import Payload
 
 __all__ = [
@@ -28,14 +26,10 @@ __all__ = [
     "ArtifactRegistered",
     "DeprecateArtifact",
     "DeprecationResult",
-    "ListModels",
-    "ModelList",
     "RegisterArtifact",
     "RegistrationResult",
     "ResolveArtifact",
-    "ResolveModel",
     "ResolvedArtifact",
-    "ResolvedModel",
     "artifact_stream",
 ]
 
@@ -63,24 +57,8 @@ class ArtifactDeprecated(Payload):
     reason: str
 
 
-class ResolveModel(Payload):
-    TYPE = "registry.resolve"
-
-    name: str = Field(min_length=1)
-    version: str = "*"
-
-
-class ResolvedModel(Payload):
-    """The reply: the highest version matching the constraint, or the reason there is none."""
-
-    TYPE = "registry.resolved"
-
-    manifest: ModelManifest | None = None
-    error: str | None = None
-
-
 class ResolveArtifact(Payload):
-    TYPE = "registry.resolve-artifact"
+    TYPE = "registry.resolve"
 
     kind: str = Field(description="model, dataset or framework")
     name: str = Field(min_length=1)
@@ -88,20 +66,12 @@ class ResolveArtifact(Payload):
 
 
 class ResolvedArtifact(Payload):
-    TYPE = "registry.resolved-artifact"
+    """The reply: the highest version matching the constraint, or the reason there is none."""
+
+    TYPE = "registry.resolved"
 
     manifest: Manifest | None = None
     error: str | None = None
-
-
-class ListModels(Payload):
-    TYPE = "registry.list"
-
-
-class ModelList(Payload):
-    TYPE = "registry.models"
-
-    models: list[ModelManifest]
 
 
 class RegisterArtifact(Payload):
