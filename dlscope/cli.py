@@ -14,11 +14,10 @@ from typing import Annotated, Any
 import httpx
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from dlscope.models_cli import models
+from dlscope.terminal import console, fail
 from dlscope.zoo_cli import build_on_first_use, zoo
 from shared.config import Settings
 from shared.errors import DlscopeError
@@ -35,18 +34,10 @@ db = typer.Typer(help="The event store: migrations and projections.", no_args_is
 app.add_typer(db, name="db")
 app.add_typer(models, name="models")
 app.add_typer(zoo, name="zoo")
-console = Console()
-errors = Console(stderr=True)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SERVICES = ("gateway", "scheduler", "registry", "worker", "analyzer", "recorder")
 TERMINAL = ("completed", "failed")
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    # soft_wrap: an error stays one line, whatever the width, so it can be grepped.
-    errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
-    return typer.Exit(code)
 
 
 def _request(
@@ -65,9 +56,9 @@ def _request(
     split: str | None = None,
 ) -> EvaluationRequested:
     if framework not in FRAMEWORKS:
-        raise _fail(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}")
+        raise fail(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}", 2)
     if hardware not in HARDWARE:
-        raise _fail(f"unknown hardware {hardware!r}; choose one of: {', '.join(HARDWARE)}")
+        raise fail(f"unknown hardware {hardware!r}; choose one of: {', '.join(HARDWARE)}", 2)
     try:
         return EvaluationRequested(
             evaluation_id=uuid.uuid4(),
@@ -85,7 +76,7 @@ def _request(
         )
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise _fail(problems) from exc
+        raise fail(problems, 2) from exc
 
 
 def _summary_table(evaluation: dict[str, Any]) -> Table:
@@ -185,14 +176,14 @@ def run(
         try:
             outcome = uvloop.run(evaluate(settings, request))
         except DlscopeError as exc:
-            raise _fail(str(exc), 1) from exc
+            raise fail(str(exc), 1) from exc
     document = outcome.to_json()
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(document, indent=2))
     evaluation = document["evaluation"]
     if evaluation["status"] != "completed":
-        raise _fail(f"evaluation {evaluation['evaluation_id']} failed: {evaluation['error']}", 1)
+        raise fail(f"evaluation {evaluation['evaluation_id']} failed: {evaluation['error']}", 1)
     console.print(_summary_table(evaluation))
     console.print(
         f"evaluation {evaluation['evaluation_id']}, trace {outcome.trace_id}; "
@@ -259,7 +250,7 @@ def serve(
 
         importlib.import_module(f"services.{service}.main").main([])
     else:
-        raise _fail(f"unknown service {service!r}; choose one of: {', '.join(SERVICES)}")
+        raise fail(f"unknown service {service!r}; choose one of: {', '.join(SERVICES)}", 2)
 
 
 @app.command()
@@ -300,10 +291,10 @@ def submit(
         try:
             response = client.post("/v1/evaluations", json=body)
         except httpx.HTTPError as exc:
-            raise _fail(f"cannot reach the gateway at {gateway}: {exc}") from exc
+            raise fail(f"cannot reach the gateway at {gateway}: {exc}", 2) from exc
         if response.status_code != 202:
-            raise _fail(
-                f"the gateway refused the evaluation ({response.status_code}): {response.text}"
+            raise fail(
+                f"the gateway refused the evaluation ({response.status_code}): {response.text}", 2
             )
         accepted = response.json()
         console.print(f"evaluation {accepted['id']} accepted; trace: {accepted['trace_url']}")
@@ -317,7 +308,7 @@ def submit(
                 time.sleep(0.2)  # polling a remote HTTP API: nothing to await locally
         evaluation = status.json()
     if evaluation["status"] == "failed":
-        raise _fail(f"evaluation failed: {evaluation['error']}", 1)
+        raise fail(f"evaluation failed: {evaluation['error']}", 1)
     console.print(_summary_table({**evaluation, "model_version": evaluation["model_version"]}))
 
 
@@ -357,7 +348,7 @@ def publish(
     )
     settings = Settings()
     if settings.broker_url.startswith("memory://"):
-        raise _fail("set DLSCOPE_BROKER_URL to the RabbitMQ of a running deployment (amqp://…)")
+        raise fail("set DLSCOPE_BROKER_URL to the RabbitMQ of a running deployment (amqp://…)", 2)
 
     async def send() -> None:
         runtime = Runtime.create(settings, "dlscope-cli")
@@ -379,7 +370,7 @@ def publish(
     try:
         uvloop.run(send())
     except DlscopeError as exc:
-        raise _fail(str(exc), 1) from exc
+        raise fail(str(exc), 1) from exc
     console.print(f"published evaluation {request.evaluation_id}")
 
 
@@ -397,7 +388,7 @@ def db_upgrade() -> None:
     try:
         revision = asyncio.run(main())
     except DlscopeError as exc:
-        raise _fail(str(exc), 1) from exc
+        raise fail(str(exc), 1) from exc
     console.print(f"event store at revision {revision}")
 
 
@@ -415,7 +406,7 @@ def db_rebuild_projections() -> None:
     try:
         replayed = asyncio.run(main())
     except DlscopeError as exc:
-        raise _fail(str(exc), 1) from exc
+        raise fail(str(exc), 1) from exc
     console.print(f"projections rebuilt from {replayed} events")
 
 

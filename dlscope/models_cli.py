@@ -11,10 +11,9 @@ from typing import Annotated, Any
 
 import httpx
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from dlscope.terminal import console, fail
 from shared.config import Settings
 from shared.errors import DlscopeError
 from shared.manifests import ModelManifest, load_manifest
@@ -30,8 +29,6 @@ __all__ = ["models"]
 models = typer.Typer(
     help="The model registry: list, show, register, deprecate.", no_args_is_help=True
 )
-console = Console()
-errors = Console(stderr=True)
 
 Gateway = Annotated[
     str | None,
@@ -40,18 +37,13 @@ Gateway = Annotated[
 Token = Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")]
 
 
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
-    return typer.Exit(code)
-
-
 def _run(coroutine: Any) -> Any:
     import uvloop
 
     try:
         return uvloop.run(coroutine)
     except DlscopeError as exc:
-        raise _fail(str(exc)) from exc
+        raise fail(str(exc), 1) from exc
 
 
 def _settings() -> Settings:
@@ -69,7 +61,7 @@ def _call(client: httpx.Client, method: str, url: str, **kwargs: Any) -> httpx.R
     try:
         return client.request(method, url, **kwargs)
     except httpx.HTTPError as exc:
-        raise _fail(f"cannot reach the gateway at {client.base_url}: {exc}", 2) from exc
+        raise fail(f"cannot reach the gateway at {client.base_url}: {exc}", 2) from exc
 
 
 def _detail(response: httpx.Response) -> str:
@@ -104,7 +96,7 @@ def list_models(
                 params={k: v for k, v in params.items() if v is not None},
             )
         if response.status_code != 200:
-            raise _fail(f"the gateway answered {response.status_code}: {_detail(response)}")
+            raise fail(f"the gateway answered {response.status_code}: {_detail(response)}", 1)
         rows = [
             (m["name"], m["version"], m["framework"], m["task"], m["deprecated"], m["description"])
             for m in response.json()
@@ -156,15 +148,15 @@ def register(
     try:
         manifest = load_manifest(file)
     except DlscopeError as exc:
-        raise _fail(str(exc), 2) from exc
+        raise fail(str(exc), 2) from exc
     if not isinstance(manifest, ModelManifest):
-        raise _fail(f"{file}: a {manifest.kind} manifest; `models register` takes models", 2)
+        raise fail(f"{file}: a {manifest.kind} manifest; `models register` takes models", 2)
     body = manifest.model_dump(mode="json")  # relative sources now absolute
     if gateway:
         with _http(gateway, token) as client:
             response = _call(client, "POST", "/v1/models", json=body)
         if response.status_code not in (200, 201):
-            raise _fail(f"{file}: refused ({response.status_code}): {_detail(response)}")
+            raise fail(f"{file}: refused ({response.status_code}): {_detail(response)}", 1)
         created = response.json()["created"]
     else:
         from dlscope.embedded import ask_registry
@@ -172,7 +164,7 @@ def register(
         reply = _run(ask_registry(_settings(), "register", RegisterArtifact(manifest=body)))
         result = reply.open(RegistrationResult)
         if result.manifest is None:
-            raise _fail(f"{file}: refused: {result.error}")
+            raise fail(f"{file}: refused: {result.error}", 1)
         created = result.created
     state = "registered" if created else "already registered, unchanged"
     console.print(f"{manifest.ref}: {state}")
@@ -193,12 +185,12 @@ def deprecate(
                 client, "POST", f"/v1/models/{name}/{version}/deprecate", json={"reason": reason}
             )
         if response.status_code != 204:
-            raise _fail(f"refused ({response.status_code}): {_detail(response)}")
+            raise fail(f"refused ({response.status_code}): {_detail(response)}", 1)
     else:
         from dlscope.embedded import ask_registry
 
         call = DeprecateArtifact(name=name, version=version, reason=reason)
         error = _run(ask_registry(_settings(), "deprecate", call)).open(DeprecationResult).error
         if error is not None:
-            raise _fail(error)
+            raise fail(error, 1)
     console.print(f"{name}@{version}: deprecated")

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from dlscope.models_cli import Gateway, Token, _call, _detail, _fail, _http, _run, _settings
+from dlscope.models_cli import Gateway, Token, _call, _detail, _http, _run, _settings
+from dlscope.terminal import console, fail
 from shared.config import Settings
 from shared.errors import DlscopeError
 from shared.manifests import ModelManifest
@@ -23,7 +23,6 @@ from shared.messages import RegisterArtifact, RegistrationResult
 __all__ = ["ZOO_MODELS", "build_on_first_use", "build_zoo", "zoo"]
 
 zoo = typer.Typer(help="The built-in zoo's trained models, built locally.", no_args_is_help=True)
-console = Console()
 
 
 def _register(manifest: ModelManifest, gateway: str | None, token: str | None) -> bool:
@@ -33,14 +32,14 @@ def _register(manifest: ModelManifest, gateway: str | None, token: str | None) -
         with _http(gateway, token) as client:
             response = _call(client, "POST", "/v1/models", json=body)
         if response.status_code not in (200, 201):
-            raise _fail(f"{manifest.ref}: refused ({response.status_code}): {_detail(response)}")
+            raise fail(f"{manifest.ref}: refused ({response.status_code}): {_detail(response)}", 1)
         return bool(response.json()["created"])
     from dlscope.embedded import ask_registry
 
     reply = _run(ask_registry(_settings(), "register", RegisterArtifact(manifest=body)))
     result = reply.open(RegistrationResult)
     if result.manifest is None:
-        raise _fail(f"{manifest.ref}: refused: {result.error}")
+        raise fail(f"{manifest.ref}: refused: {result.error}", 1)
     return bool(result.created)
 
 
@@ -57,7 +56,7 @@ def build_zoo(out_dir: Path, gateway: str | None = None, token: str | None = Non
         try:
             built = build_digits(out_dir)
         except DlscopeError as exc:
-            raise _fail(str(exc)) from exc
+            raise fail(str(exc), 1) from exc
     for model in built:
         manifest = model.manifest
         state = "registered" if _register(manifest, gateway, token) else "already registered"
