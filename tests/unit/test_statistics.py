@@ -1,50 +1,22 @@
-"""The analyzer's statistics of raw latencies."""
+"""Statistics of raw latencies: percentiles that say whether enough queries back them,
+bootstrap intervals, and comparisons of repeated runs."""
 
 from __future__ import annotations
 
-import uuid
+import math
+import time
 
 import numpy as np
 import pytest
 
-from shared.measurement import measure, summarize
-from shared.messages import EvaluationMeasured
-
-
-def measured(latencies_ms: list[float], *, batch_size: int = 1) -> EvaluationMeasured:
-    latencies_ns = [int(ms * 1e6) for ms in latencies_ms]
-    return EvaluationMeasured(
-        evaluation_id=uuid.uuid4(),
-        agent_id="a",
-        batch_size=batch_size,
-        load_ns=5_000_000,
-        first_inference_ns=9_000_000,
-        warmup_latencies_ns=[2_000_000] * 3,
-        latencies_ns=latencies_ns,
-        duration_ns=sum(latencies_ns),
-    )
-
-
-def test_percentiles_mean_and_spread_of_one_to_a_hundred_ms() -> None:
-    summary = summarize(measured([float(i) for i in range(1, 101)]))
-    assert summary.count == 100
-    assert summary.mean_ms == pytest.approx(50.5)
-    assert summary.std_ms == pytest.approx(np.std(np.arange(1, 101), ddof=1))
-    assert (summary.min_ms, summary.max_ms) == (1.0, 100.0)
-    assert summary.p50_ms == pytest.approx(50.5)
-    assert summary.p90_ms == pytest.approx(90.1)
-    assert summary.p99_ms == pytest.approx(99.01)
-
-
-def test_throughput_counts_samples_not_queries() -> None:
-    summary = summarize(measured([10.0] * 50, batch_size=4))
-    assert summary.throughput_per_s == pytest.approx(400.0)
-
-
-def test_cold_start_and_warm_up_are_reported_apart_from_the_timed_queries() -> None:
-    summary = summarize(measured([1.0, 1.0]))
-    assert (summary.load_ms, summary.first_inference_ms, summary.warmup_count) == (5.0, 9.0, 3)
-    assert summary.max_ms == 1.0
+from shared.measurement import (
+    compare,
+    measure,
+    min_queries_for_percentile,
+    summarize_latencies,
+    summarize_repetitions,
+)
+from shared.measurement.statistics import bootstrap_quantile
 
 
 def test_the_loop_runs_one_cold_query_the_warm_up_and_the_timed_queries() -> None:
@@ -53,3 +25,138 @@ def test_the_loop_runs_one_cold_query_the_warm_up_and_the_timed_queries() -> Non
     assert len(calls) == 1 + 3 + 7
     assert (len(result.warmup_latencies_ns), len(result.latencies_ns)) == (3, 7)
     assert result.duration_ns >= sum(result.latencies_ns)
+
+
+# The measurement core's statistics ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("percentile", "queries"), [(0.9, 64), (0.99, 662), (0.999, 6636)])
+def test_minimum_queries_for_a_percentile_follow_mlperf_early_stopping(
+    percentile: float, queries: int
+) -> None:
+    assert min_queries_for_percentile(percentile) == queries
+
+
+def test_a_p99_from_a_hundred_queries_is_labelled_a_bound_not_an_estimate() -> None:
+    stats = summarize_latencies(list(range(1, 101)), duration_ns=5050, headline_percentile=0.99)
+    assert stats.headline.kind == "bound"
+    assert stats.headline.min_queries == 662
+    assert stats.headline.value_ns == pytest.approx(99.01)  # the value is still there
+    assert stats.percentile(0.9).kind == "estimate"
+    assert stats.percentile(0.999).kind == "bound"
+
+
+def test_summary_statistics_of_raw_latencies() -> None:
+    latencies = np.random.default_rng(1).lognormal(13, 0.4, 5000).astype(np.int64)
+    stats = summarize_latencies(latencies, duration_ns=int(latencies.sum()))
+    assert stats.count == 5000
+    assert stats.mean_ns == pytest.approx(latencies.mean())
+    assert stats.std_ns == pytest.approx(latencies.std(ddof=1))
+    assert stats.cv == pytest.approx(stats.std_ns / stats.mean_ns)
+    assert (stats.min_ns, stats.max_ns) == (latencies.min(), latencies.max())
+    for p in (0.5, 0.9, 0.95, 0.99, 0.999):
+        assert stats.percentile(p).value_ns == pytest.approx(np.quantile(latencies, p))
+    median = stats.median
+    assert median.interval is not None
+    assert median.interval.low <= median.value_ns <= median.interval.high
+    # Queries back to back over exactly the sum of their latencies: 1 / mean latency.
+    assert stats.throughput.per_s == pytest.approx(1e9 / latencies.mean())
+    interval = stats.throughput.interval
+    assert interval.low < stats.throughput.per_s < interval.high
+
+
+def test_exact_order_statistic_bootstrap_matches_resampling_by_brute_force() -> None:
+    values = np.sort(np.random.default_rng(2).exponential(1.0, 41))
+    exact = bootstrap_quantile(values, 0.9, confidence=0.95, resamples=20_000, seed=3)
+    resamples = np.random.default_rng(4).choice(values, size=(20_000, values.size))
+    brute = np.quantile(resamples, 0.9, axis=1)
+    assert exact.mean() == pytest.approx(brute.mean(), rel=0.01)
+    assert exact.std() == pytest.approx(brute.std(), rel=0.05)
+    assert np.quantile(exact, [0.025, 0.975]) == pytest.approx(
+        np.quantile(brute, [0.025, 0.975]), rel=0.03
+    )
+
+
+def test_bootstrap_interval_of_the_median_covers_the_true_median_at_about_the_nominal_rate() -> (
+    None
+):
+    rng = np.random.default_rng(5)
+    true_median = math.log(2)  # of the unit exponential
+    trials = 400
+    covered = 0
+    for trial in range(trials):
+        sample = rng.exponential(1.0, 201)
+        interval = summarize_latencies(sample, duration_ns=1, seed=trial).median.interval
+        assert interval is not None
+        covered += interval.low <= true_median <= interval.high
+    # 95% nominal; with 400 trials the binomial standard error is about 1.1%.
+    assert 0.91 <= covered / trials <= 0.99
+
+
+def test_bootstrap_intervals_are_seeded_and_fast_on_a_hundred_thousand_latencies() -> None:
+    latencies = np.random.default_rng(6).lognormal(14, 0.5, 100_000)
+    start = time.perf_counter()
+    first = summarize_latencies(latencies, duration_ns=int(latencies.sum()), seed=9)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 1.0  # about 30 ms on a quiet core
+    again = summarize_latencies(latencies, duration_ns=int(latencies.sum()), seed=9)
+    assert first.headline.interval == again.headline.interval
+    assert first.headline.interval is not None
+    # 100 000 queries pin the p90 down to well under a percent.
+    assert first.headline.interval.half_width < 0.01 * first.headline.value_ns
+
+
+def test_server_throughput_interval_is_the_poisson_counts() -> None:
+    stats = summarize_latencies([1_000_000] * 10_000, duration_ns=10**10, open_loop=True)
+    assert stats.throughput.per_s == pytest.approx(1000)
+    # 10 000 arrivals: +-1.96 * sqrt(10 000) = +-196 queries over 10 s.
+    assert stats.throughput.interval.low == pytest.approx(1000 - 19.6, rel=1e-3)
+    assert stats.throughput.interval.high == pytest.approx(1000 + 19.6, rel=1e-3)
+
+
+# Repetitions and comparisons ----------------------------------------------------------------
+
+
+def test_repeats_summarise_their_spread() -> None:
+    rng = np.random.default_rng(7)
+    runs = [rng.normal(1e6 * scale, 1e4, 2000) for scale in (1.0, 1.1, 0.9)]
+    summary = summarize_repetitions(runs)
+    assert summary.count == 3
+    assert summary.median_mean_ns == pytest.approx(1e6, rel=0.01)
+    assert summary.median_cv == pytest.approx(0.1, rel=0.05)
+    with pytest.raises(ValueError, match="at least two"):
+        summarize_repetitions(runs[:1])
+
+
+def test_the_same_distribution_twice_is_not_a_significant_difference() -> None:
+    rng = np.random.default_rng(8)
+    result = compare(rng.lognormal(14, 0.3, 3000), rng.lognormal(14, 0.3, 3000))
+    assert not result.significant
+    assert result.faster is None
+    assert result.interval.low < 0 < result.interval.high
+    assert result.magnitude == "negligible"
+
+
+def test_a_three_percent_slower_candidate_is_significant_with_its_effect_size() -> None:
+    rng = np.random.default_rng(9)
+    baseline = rng.lognormal(14, 0.05, 3000)
+    candidate = baseline * 1.03 + rng.normal(0, 1000, 3000)
+    result = compare(baseline, candidate)
+    assert result.significant
+    assert result.faster == "baseline"
+    assert result.relative_difference == pytest.approx(0.03, abs=0.01)
+    assert result.interval.low > 0
+    assert result.p_value < 1e-6
+    assert 0 < result.effect_size <= 1
+    assert result.magnitude in ("small", "medium", "large")
+
+
+def test_mann_whitney_agrees_with_scipy_where_it_is_installed() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(10)
+    # Rounded, so there are ties to correct for.
+    x, y = np.round(rng.lognormal(0, 0.3, 400) * 50), np.round(rng.lognormal(0.05, 0.3, 500) * 50)
+    ours = compare(x, y)
+    theirs = stats.mannwhitneyu(y, x, method="asymptotic")
+    assert ours.p_value == pytest.approx(theirs.pvalue, rel=1e-9)
+    assert ours.effect_size == pytest.approx(2 * theirs.statistic / (x.size * y.size) - 1)

@@ -1,0 +1,211 @@
+"""Scenario drivers: the same timing for every framework (see ``queries`` for what is timed).
+
+A driver runs on the caller's thread, which must not be shared with other work (the
+server scenario's threaded issuer adds a thread of its own). Every run measures the
+harness's own overhead beside the latencies.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import numpy as np
+
+from shared.measurement.overhead import HarnessOverhead, null_query_floor_ns
+from shared.measurement.queries import RunQuery, SampleOrder, timed
+from shared.measurement.results import ScenarioResult, StopReason, TimedPhase
+from shared.measurement.scenarios import (
+    AdaptiveStop,
+    BatchSweep,
+    MultiStream,
+    Offline,
+    Scenario,
+    Server,
+    SingleStream,
+    check_sample_count,
+)
+from shared.measurement.server import run_server
+from shared.measurement.statistics import bootstrap_quantile, min_queries_for_percentile
+from shared.measurement.warmup import warm_up
+
+__all__ = ["run_scenario"]
+
+# Offline sizes its sample count from the warm-up's rate, with LoadGen's margin (it issues
+# offline_expected_qps x min_duration x 1.1 samples), so a slightly slower timed phase still
+# lasts the minimum duration.
+_OFFLINE_MARGIN = 1.1
+# Adaptive stopping re-checks the interval each time the count grows by this factor, so the
+# checks (a sort each) cost a bounded multiple of one final check.
+_ADAPTIVE_GROWTH = 1.1
+_ADAPTIVE_RESAMPLES = 1000
+_LOOP_METHOD = "timed loop wall time minus the timed pairs, per query"
+
+
+def run_scenario(
+    scenario: Scenario, run_query: RunQuery, *, sample_count: int = 1, load_ns: int | None = None
+) -> ScenarioResult:
+    """Run ``scenario`` against ``run_query`` over a dataset of ``sample_count`` samples.
+    ``load_ns`` is the model's load time as the caller measured it, kept with the result."""
+    check_sample_count(scenario, sample_count)
+    floor_ns = null_query_floor_ns()
+    phases: list[TimedPhase]
+    if isinstance(scenario, SingleStream | MultiStream):
+        samples = SampleOrder(sample_count, scenario.samples_per_query, scenario.seed)
+        phases = [
+            _closed_loop_phase(scenario, run_query, samples, floor_ns, scenario.samples_per_query)
+        ]
+    elif isinstance(scenario, Server):
+        samples = SampleOrder(sample_count, 1, scenario.seed)
+        phases = [run_server(scenario, run_query, samples.next, floor_ns)]
+    elif isinstance(scenario, Offline):
+        samples = SampleOrder(sample_count, scenario.batch_size, scenario.seed)
+        phases = [_offline_phase(scenario, run_query, samples, floor_ns)]
+    else:
+        phases = [
+            _closed_loop_phase(
+                scenario,
+                run_query,
+                SampleOrder(sample_count, batch_size, scenario.seed),
+                floor_ns,
+                batch_size,
+            )
+            for batch_size in scenario.batch_sizes
+        ]
+    return ScenarioResult(
+        scenario=scenario, sample_count=sample_count, load_ns=load_ns, phases=tuple(phases)
+    )
+
+
+def _closed_loop_phase(
+    scenario: SingleStream | MultiStream | BatchSweep,
+    run_query: RunQuery,
+    samples: SampleOrder,
+    floor_ns: float,
+    samples_per_query: int,
+) -> TimedPhase:
+    """Queries back to back: each issued when the previous one completes."""
+    timed_query = timed(run_query, samples.next)
+    first_ns = timed_query()
+    warmup = warm_up(timed_query, scenario.warmup)
+    adaptive = None if isinstance(scenario, BatchSweep) else scenario.adaptive
+    latencies, duration_ns, stopped_by = _timed_loop(
+        run_query,
+        samples,
+        min_queries=scenario.min_query_count,
+        min_ns=int(scenario.min_duration_s * 1e9),
+        max_ns=int(scenario.max_duration_s * 1e9),
+        adaptive=adaptive,
+        percentile=scenario.target_latency_percentile,
+        seed=scenario.seed,
+    )
+    return TimedPhase(
+        samples_per_query=samples_per_query,
+        first_query_ns=first_ns,
+        warmup=warmup,
+        latencies_ns=tuple(latencies),
+        duration_ns=duration_ns,
+        overhead=_loop_overhead(latencies, duration_ns, floor_ns),
+        stopped_by=stopped_by,
+    )
+
+
+def _timed_loop(
+    run_query: RunQuery,
+    samples: SampleOrder,
+    *,
+    min_queries: int,
+    min_ns: int,
+    max_ns: int,
+    adaptive: AdaptiveStop | None,
+    percentile: float,
+    seed: int,
+) -> tuple[list[int], int, StopReason]:
+    clock = time.perf_counter_ns
+    next_query = samples.next
+    latencies: list[int] = []
+    record = latencies.append
+    check_at = max(min_queries, min_queries_for_percentile(percentile) if adaptive else 1)
+    stopped_by: StopReason
+    begin = clock()
+    while True:
+        query = next_query()
+        start = clock()
+        run_query(query)
+        end = clock()
+        record(end - start)
+        if end - begin >= max_ns:
+            stopped_by = "max_duration"
+            break
+        if len(latencies) >= check_at and end - begin >= min_ns:
+            if adaptive is None:
+                stopped_by = "minimums"
+                break
+            if _narrow_enough(latencies, percentile, adaptive, seed):
+                stopped_by = "adaptive"
+                break
+            check_at = int(len(latencies) * _ADAPTIVE_GROWTH) + 1
+    return latencies, clock() - begin, stopped_by
+
+
+def _narrow_enough(latencies: list[int], p: float, adaptive: AdaptiveStop, seed: int) -> bool:
+    values = np.sort(np.asarray(latencies, dtype=np.float64))
+    replicates = bootstrap_quantile(
+        values, p, confidence=adaptive.confidence, resamples=_ADAPTIVE_RESAMPLES, seed=seed
+    )
+    tail = (1 - adaptive.confidence) / 2
+    low, high = np.quantile(replicates, [tail, 1 - tail])
+    return bool((high - low) / 2 <= adaptive.relative_half_width * np.quantile(values, p))
+
+
+def _offline_phase(
+    scenario: Offline, run_query: RunQuery, samples: SampleOrder, floor_ns: float
+) -> TimedPhase:
+    """All samples at once, run back to back in batches; sized from the warm-up's rate."""
+    timed_query = timed(run_query, samples.next)
+    first_ns = timed_query()
+    warmup = warm_up(timed_query, scenario.warmup)
+    batch_ns = statistics.median(warmup.latencies_ns) if warmup.latencies_ns else first_ns
+    expected_per_s = scenario.batch_size * 1e9 / max(batch_ns, 1)
+    wanted = max(
+        scenario.min_sample_count,
+        math.ceil(expected_per_s * scenario.min_duration_s * _OFFLINE_MARGIN),
+    )
+    batches = math.ceil(wanted / scenario.batch_size)
+    max_ns = int(scenario.max_duration_s * 1e9)
+
+    clock = time.perf_counter_ns
+    next_query = samples.next
+    latencies: list[int] = []
+    record = latencies.append
+    stopped_by: StopReason = "all_samples"
+    begin = clock()
+    for _ in range(batches):
+        query = next_query()
+        start = clock()
+        run_query(query)
+        end = clock()
+        record(end - start)
+        if end - begin >= max_ns:
+            stopped_by = "max_duration"
+            break
+    duration_ns = clock() - begin
+    return TimedPhase(
+        samples_per_query=scenario.batch_size,
+        first_query_ns=first_ns,
+        warmup=warmup,
+        latencies_ns=tuple(latencies),
+        duration_ns=duration_ns,
+        overhead=_loop_overhead(latencies, duration_ns, floor_ns),
+        stopped_by=stopped_by,
+        unfinished_queries=batches - len(latencies),
+    )
+
+
+def _loop_overhead(latencies: list[int], duration_ns: int, floor_ns: float) -> HarnessOverhead:
+    return HarnessOverhead(
+        per_query_ns=(duration_ns - sum(latencies)) / len(latencies),
+        timer_floor_ns=floor_ns,
+        method=_LOOP_METHOD,
+    )

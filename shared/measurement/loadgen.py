@@ -1,0 +1,297 @@
+"""The same scenarios driven through MLCommons LoadGen (``--driver loadgen``).
+
+LoadGen decides when queries are issued and times them itself; dlscope supplies the system
+under test. Its issue callback runs on LoadGen's thread holding the GIL, so it only hands the
+samples to a worker thread, which makes the framework call and reports completion. The run
+writes LoadGen's own ``mlperf_log_summary.txt`` and ``mlperf_log_detail.txt`` to the output
+directory, and the summary's verdict is parsed back.
+
+Warm-up happens before LoadGen starts (LoadGen has none), with the same steady-state rule as
+dlscope's drivers. dlscope's adaptive stop has no LoadGen counterpart and is not mapped;
+LoadGen applies its own early-stopping rules. A batch sweep, not a LoadGen scenario, runs as
+one single-stream test per batch size, each LoadGen sample standing for a batch.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import statistics
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import mlperf_loadgen as lg
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.measurement.queries import RunQuery, SampleOrder, timed
+from shared.measurement.scenarios import (
+    BatchSweep,
+    MultiStream,
+    Offline,
+    Scenario,
+    Server,
+    SingleStream,
+    check_sample_count,
+)
+from shared.measurement.warmup import WarmupReport, warm_up
+
+__all__ = ["LoadgenPhase", "LoadgenResult", "parse_summary", "run_loadgen"]
+
+SUMMARY_FILE = "mlperf_log_summary.txt"
+DETAIL_FILE = "mlperf_log_detail.txt"
+
+
+class LoadgenPhase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    samples_per_query: int
+    output_dir: str
+    first_query_ns: int
+    warmup: WarmupReport
+    summary: dict[str, Any] = Field(description="parse_summary of mlperf_log_summary.txt")
+
+    @property
+    def valid(self) -> bool:
+        return self.summary.get("result") == "VALID"
+
+
+class LoadgenResult(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scenario: Scenario
+    sample_count: int
+    load_ns: int | None = None
+    phases: tuple[LoadgenPhase, ...]
+
+    @property
+    def valid(self) -> bool:
+        return all(phase.valid for phase in self.phases)
+
+
+def run_loadgen(
+    scenario: Scenario,
+    run_query: RunQuery,
+    *,
+    output_dir: Path,
+    sample_count: int = 1,
+    load_ns: int | None = None,
+) -> LoadgenResult:
+    """Run ``scenario`` under LoadGen; its logs go to ``output_dir`` (one subdirectory per
+    batch size for a sweep)."""
+    check_sample_count(scenario, sample_count)
+    if isinstance(scenario, BatchSweep):
+        phases = tuple(
+            _run_phase(scenario, run_query, sample_count, output_dir / f"batch-{size}", size)
+            for size in scenario.batch_sizes
+        )
+    else:
+        phases = (
+            _run_phase(scenario, run_query, sample_count, output_dir, scenario.samples_per_query),
+        )
+    return LoadgenResult(
+        scenario=scenario, sample_count=sample_count, load_ns=load_ns, phases=phases
+    )
+
+
+def _run_phase(
+    scenario: Scenario,
+    run_query: RunQuery,
+    sample_count: int,
+    output_dir: Path,
+    samples_per_query: int,
+) -> LoadgenPhase:
+    timed_query = timed(run_query, SampleOrder(sample_count, samples_per_query, scenario.seed).next)
+    first_ns = timed_query()
+    warmup = warm_up(timed_query, scenario.warmup)
+    query_ns = statistics.median(warmup.latencies_ns) if warmup.latencies_ns else first_ns
+
+    settings = _settings(scenario, sample_count, max(int(query_ns), 1))
+    # A sweep's LoadGen sample stands for a batch; elsewhere LoadGen sizes the queries.
+    expand = (
+        _batch_of(sample_count, samples_per_query) if isinstance(scenario, BatchSweep) else None
+    )
+    worker = _Worker(run_query, scenario, expand)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    log_settings = lg.LogSettings()
+    log_settings.log_output.outdir = str(output_dir)
+    log_settings.log_output.copy_summary_to_stdout = False
+
+    sut = lg.ConstructSUT(worker.issue, worker.flush)
+    qsl = lg.ConstructQSL(sample_count, sample_count, _no_op, _no_op)
+    worker.start()
+    try:
+        lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, "")
+    finally:
+        worker.stop()
+        lg.DestroyQSL(qsl)
+        lg.DestroySUT(sut)
+    worker.raise_failure()
+    return LoadgenPhase(
+        samples_per_query=samples_per_query,
+        output_dir=str(output_dir),
+        first_query_ns=first_ns,
+        warmup=warmup,
+        summary=parse_summary(
+            (output_dir / SUMMARY_FILE).read_text(),
+            percentile=None
+            if isinstance(scenario, Offline)
+            else scenario.target_latency_percentile,
+        ),
+    )
+
+
+def _settings(scenario: Scenario, sample_count: int, query_ns: int) -> Any:
+    settings = lg.TestSettings()
+    settings.mode = lg.TestMode.PerformanceOnly
+    settings.min_duration_ms = int(scenario.min_duration_s * 1000)
+    settings.max_duration_ms = int(scenario.max_duration_s * 1000)
+    settings.qsl_rng_seed = scenario.seed
+    settings.sample_index_rng_seed = scenario.seed
+    settings.schedule_rng_seed = scenario.seed
+    settings.performance_sample_count_override = sample_count
+    if isinstance(scenario, SingleStream | BatchSweep):
+        settings.scenario = lg.TestScenario.SingleStream
+        settings.min_query_count = scenario.min_query_count
+        settings.single_stream_target_latency_percentile = scenario.target_latency_percentile
+        settings.single_stream_expected_latency_ns = query_ns
+    elif isinstance(scenario, MultiStream):
+        settings.scenario = lg.TestScenario.MultiStream
+        settings.min_query_count = scenario.min_query_count
+        settings.multi_stream_samples_per_query = scenario.samples_per_query
+        settings.multi_stream_target_latency_percentile = scenario.target_latency_percentile
+        settings.multi_stream_expected_latency_ns = query_ns
+    elif isinstance(scenario, Server):
+        settings.scenario = lg.TestScenario.Server
+        settings.min_query_count = scenario.min_query_count
+        settings.server_target_qps = scenario.target_qps
+        settings.server_target_latency_ns = int(scenario.latency_bound_ms * 1e6)
+        settings.server_target_latency_percentile = scenario.target_latency_percentile
+    else:
+        settings.scenario = lg.TestScenario.Offline
+        # In the offline scenario LoadGen reads min_query_count as the minimum sample count.
+        settings.min_query_count = scenario.min_sample_count
+        settings.offline_expected_qps = scenario.batch_size * 1e9 / query_ns
+    return settings
+
+
+def _batch_of(sample_count: int, batch_size: int) -> Callable[[int], list[int]]:
+    """A sweep's LoadGen sample ``k`` stands for the batch of samples from ``k`` on."""
+
+    def batch(index: int) -> list[int]:
+        return [(index + j) % sample_count for j in range(batch_size)]
+
+    return batch
+
+
+def _no_op(_: Sequence[int]) -> None:
+    """The caller pre-built every sample's inputs: LoadGen's load and unload have no work."""
+
+
+class _Worker:
+    """Runs LoadGen's queries off LoadGen's thread. A failing framework call still completes
+    its samples (LoadGen would otherwise wait for them forever); the failure is re-raised
+    once the test is over."""
+
+    def __init__(
+        self,
+        run_query: RunQuery,
+        scenario: Scenario,
+        expand: Callable[[int], list[int]] | None,
+    ) -> None:
+        self._run = run_query
+        self._scenario = scenario
+        self._expand = expand
+        self._pending: queue.SimpleQueue[list[Any] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name="dlscope-loadgen-sut")
+        self._failure: BaseException | None = None
+
+    def issue(self, samples: list[Any]) -> None:
+        self._pending.put(samples)
+
+    def flush(self) -> None:
+        """Queries are run as they arrive: nothing is held back to flush."""
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._pending.put(None)
+        self._thread.join()
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _work(self) -> None:
+        while (samples := self._pending.get()) is not None:
+            for group in self._groups(samples):
+                if self._failure is None:
+                    try:
+                        self._run_group(group)
+                    except BaseException as exc:  # re-raised on the caller's thread
+                        self._failure = exc
+                responses = [lg.QuerySampleResponse(s.id, 0, 0) for s in group]
+                lg.QuerySamplesComplete(responses)
+
+    def _groups(self, samples: list[Any]) -> list[list[Any]]:
+        """The framework calls one issue makes: a multi-stream query at once, an offline
+        query in batches, otherwise one sample per call."""
+        if isinstance(self._scenario, MultiStream):
+            return [samples]
+        if isinstance(self._scenario, Offline):
+            size = self._scenario.batch_size
+            return [samples[i : i + size] for i in range(0, len(samples), size)]
+        return [[sample] for sample in samples]
+
+    def _run_group(self, group: list[Any]) -> None:
+        if self._expand is not None:
+            self._run(self._expand(group[0].index))
+        else:
+            self._run([sample.index for sample in group])
+
+
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
+_PERCENTILE_LINE = re.compile(r"^(\d+(?:\.\d+)?)th percentile latency \(ns\)$")
+
+
+def parse_summary(text: str, *, percentile: float | None = None) -> dict[str, Any]:
+    """LoadGen's summary as a dict: every ``key : value`` line under a snake_case key (numbers
+    as numbers, Yes/No as booleans), plus ``result`` ("VALID"/"INVALID") and, for latency
+    scenarios, the headline ``percentile`` (0.9) with its ``percentile_latency_ns``. The
+    server summary states no headline line: pass its target ``percentile`` to read it from
+    the additional statistics."""
+    parsed: dict[str, Any] = {}
+    for line in text.splitlines():
+        key, separator, value = line.partition(":")
+        if not separator or not value.strip():
+            continue
+        key = key.strip().lstrip("*").strip()
+        value = value.strip()
+        headline = _PERCENTILE_LINE.match(key)
+        if headline and "percentile" not in parsed:
+            parsed["percentile"] = float(headline.group(1)) / 100
+            parsed["percentile_latency_ns"] = float(value)
+            continue
+        parsed.setdefault(_snake(key), _value(value))
+    if "result_is" in parsed:
+        parsed["result"] = parsed.pop("result_is")
+    if "percentile" not in parsed and percentile is not None:
+        stated = parsed.get(f"{percentile * 100:.2f}_percentile_latency_ns".replace(".", "_"))
+        if stated is not None:
+            parsed["percentile"] = percentile
+            parsed["percentile_latency_ns"] = float(stated)
+    return parsed
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"[^0-9a-z]+", "_", key.lower()).strip("_")
+
+
+def _value(text: str) -> Any:
+    if text.lower() in ("yes", "no"):  # LoadGen writes "Yes", "No" and "NO"
+        return text.lower() == "yes"
+    if _NUMBER.match(text):
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    return text

@@ -1,0 +1,308 @@
+"""Is a run's result valid? A verdict with machine-readable reasons.
+
+Errors break the scenario's run rules (MLPerf's, where it has them): too few queries, too
+short, a server latency bound missed, a load generator that did not apply the requested
+load, queries left unfinished. Any error makes the run INVALID. Warnings question the
+conditions (a CPU governor that scales frequency, other busy processes, a warm-up that never
+settled, high run-to-run variation, a harness that costs a noticeable part of each latency):
+the run stays VALID, and the reader decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.measurement.repetitions import RepetitionSummary
+from shared.measurement.results import ScenarioResult, TimedPhase, summarize_result
+from shared.measurement.scenarios import BatchSweep, Offline, Server
+from shared.measurement.statistics import LatencyStatistics
+
+__all__ = ["Reason", "ReasonCode", "Severity", "ValidityThresholds", "Verdict", "judge"]
+
+
+class ReasonCode(StrEnum):
+    TOO_FEW_QUERIES = "too_few_queries"
+    HEADLINE_IS_BOUND = "headline_is_bound"
+    DURATION_TOO_SHORT = "duration_too_short"
+    LATENCY_BOUND_MISSED = "latency_bound_missed"
+    LOAD_GENERATOR_LATE = "load_generator_late"
+    QUERIES_UNFINISHED = "queries_unfinished"
+    HIGH_RUN_TO_RUN_VARIATION = "high_run_to_run_variation"
+    CPU_GOVERNOR_NOT_PERFORMANCE = "cpu_governor_not_performance"
+    OTHER_HEAVY_PROCESSES = "other_heavy_processes"
+    WARMUP_NOT_STEADY = "warmup_not_steady"
+    HIGH_HARNESS_OVERHEAD = "high_harness_overhead"
+
+
+class Severity(StrEnum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Reason(_Frozen):
+    code: ReasonCode
+    severity: Severity
+    message: str
+    batch_size: int | None = Field(default=None, description="the sweep point it concerns")
+    measured: float | None = None
+    limit: float | None = None
+
+
+class Verdict(_Frozen):
+    status: Literal["VALID", "INVALID"]
+    reasons: tuple[Reason, ...]
+
+    @property
+    def errors(self) -> tuple[Reason, ...]:
+        return tuple(r for r in self.reasons if r.severity is Severity.ERROR)
+
+    @property
+    def warnings(self) -> tuple[Reason, ...]:
+        return tuple(r for r in self.reasons if r.severity is Severity.WARNING)
+
+    @property
+    def codes(self) -> frozenset[ReasonCode]:
+        return frozenset(r.code for r in self.reasons)
+
+
+class ValidityThresholds(_Frozen):
+    late_issue_fraction_of_bound: float = Field(
+        default=0.1,
+        gt=0,
+        description="a server query is late when issued this share of its latency bound late",
+    )
+    max_late_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="most late queries allowed; default 1 - the target percentile, so late "
+        "queries alone cannot decide the headline percentile",
+    )
+    max_repetition_cv: float = Field(default=0.05, gt=0, description="of the repeats' medians")
+    max_overhead_share: float = Field(
+        default=0.05, gt=0, description="harness time per query, as a share of the median"
+    )
+    max_load_per_cpu: float = Field(
+        default=1.0, gt=0, description="1-minute load average (less our own) per logical CPU"
+    )
+
+
+def judge(
+    result: ScenarioResult,
+    statistics: Sequence[LatencyStatistics] | None = None,
+    *,
+    environment: Mapping[str, Any] | None = None,
+    repetitions: RepetitionSummary | None = None,
+    thresholds: ValidityThresholds | None = None,
+) -> Verdict:
+    """The verdict on one run. ``statistics`` are ``summarize_result(result)`` (computed when
+    not given); ``environment`` is the one captured at the run's start (``cpu_governor``,
+    ``heavy_processes``, ``load_average``, ``cpu_threads`` are read when present)."""
+    limits = thresholds or ValidityThresholds()
+    stats = statistics if statistics is not None else summarize_result(result)
+    reasons = [
+        reason
+        for phase, phase_stats in zip(result.phases, stats, strict=True)
+        for reason in _phase_reasons(result, phase, phase_stats, limits)
+    ]
+    if repetitions is not None and repetitions.median_cv > limits.max_repetition_cv:
+        reasons.append(
+            Reason(
+                code=ReasonCode.HIGH_RUN_TO_RUN_VARIATION,
+                severity=Severity.WARNING,
+                message=f"the medians of {repetitions.count} repeats vary by "
+                f"{repetitions.median_cv:.1%} (coefficient of variation), above "
+                f"{limits.max_repetition_cv:.1%}",
+                measured=repetitions.median_cv,
+                limit=limits.max_repetition_cv,
+            )
+        )
+    reasons.extend(_environment_reasons(environment or {}, limits))
+    invalid = any(r.severity is Severity.ERROR for r in reasons)
+    return Verdict(status="INVALID" if invalid else "VALID", reasons=tuple(reasons))
+
+
+def _phase_reasons(
+    result: ScenarioResult, phase: TimedPhase, stats: LatencyStatistics, limits: ValidityThresholds
+) -> Iterator[Reason]:
+    scenario = result.scenario
+    point = phase.samples_per_query if isinstance(scenario, BatchSweep) else None
+    where = f" at batch size {point}" if point is not None else ""
+
+    def reason(
+        code: ReasonCode,
+        severity: Severity,
+        message: str,
+        *,
+        measured: float | None = None,
+        limit: float | None = None,
+    ) -> Reason:
+        return Reason(
+            code=code,
+            severity=severity,
+            message=message + where,
+            batch_size=point,
+            measured=measured,
+            limit=limit,
+        )
+
+    if isinstance(scenario, Offline):
+        samples = stats.count * phase.samples_per_query
+        if samples < scenario.min_sample_count:
+            yield reason(
+                ReasonCode.TOO_FEW_QUERIES,
+                Severity.ERROR,
+                f"{samples} samples processed; the scenario asks for at least "
+                f"{scenario.min_sample_count}",
+                measured=samples,
+                limit=scenario.min_sample_count,
+            )
+    else:
+        if stats.count < scenario.min_query_count:
+            yield reason(
+                ReasonCode.TOO_FEW_QUERIES,
+                Severity.ERROR,
+                f"{stats.count} queries timed; the scenario asks for at least "
+                f"{scenario.min_query_count}",
+                measured=stats.count,
+                limit=scenario.min_query_count,
+            )
+        if stats.headline.kind == "bound":
+            yield reason(
+                ReasonCode.HEADLINE_IS_BOUND,
+                Severity.ERROR,
+                f"p{stats.headline.percentile * 100:g} needs at least "
+                f"{stats.headline.min_queries} queries (MLPerf early stopping); "
+                f"only {stats.count} were timed",
+                measured=stats.count,
+                limit=stats.headline.min_queries,
+            )
+    min_duration_ns = scenario.min_duration_s * 1e9
+    if phase.duration_ns < min_duration_ns:
+        yield reason(
+            ReasonCode.DURATION_TOO_SHORT,
+            Severity.ERROR,
+            f"timed for {phase.duration_ns / 1e9:.3f} s; the scenario asks for at least "
+            f"{scenario.min_duration_s:g} s",
+            measured=phase.duration_ns / 1e9,
+            limit=scenario.min_duration_s,
+        )
+    if phase.unfinished_queries:
+        yield reason(
+            ReasonCode.QUERIES_UNFINISHED,
+            Severity.ERROR,
+            f"{phase.unfinished_queries} queries were cut off at max_duration_s "
+            f"({scenario.max_duration_s:g} s)",
+            measured=phase.unfinished_queries,
+            limit=0,
+        )
+    if isinstance(scenario, Server):
+        yield from _server_reasons(scenario, phase, stats, limits)
+    warmup = phase.warmup
+    if not warmup.steady and warmup.decided_by != "disabled":
+        medians = ", ".join(f"{m / 1e6:.3f}" for m in warmup.window_medians_ns[-3:])
+        yield reason(
+            ReasonCode.WARMUP_NOT_STEADY,
+            Severity.WARNING,
+            f"warm-up stopped at its {warmup.decided_by.replace('_', ' ')} before two window "
+            f"medians agreed within {warmup.threshold:.0%} (last medians, ms: {medians})",
+            measured=warmup.last_change,
+            limit=warmup.threshold,
+        )
+    harness_ns = phase.overhead.per_query_ns + phase.overhead.timer_floor_ns
+    share = harness_ns / stats.median.value_ns if stats.median.value_ns > 0 else 0.0
+    if share > limits.max_overhead_share:
+        yield reason(
+            ReasonCode.HIGH_HARNESS_OVERHEAD,
+            Severity.WARNING,
+            f"the harness costs {harness_ns / 1e3:.1f} us per query, {share:.1%} of the median "
+            f"latency (above {limits.max_overhead_share:.0%})",
+            measured=share,
+            limit=limits.max_overhead_share,
+        )
+
+
+def _server_reasons(
+    scenario: Server, phase: TimedPhase, stats: LatencyStatistics, limits: ValidityThresholds
+) -> Iterator[Reason]:
+    bound_ns = scenario.latency_bound_ms * 1e6
+    if stats.headline.value_ns > bound_ns:
+        yield Reason(
+            code=ReasonCode.LATENCY_BOUND_MISSED,
+            severity=Severity.ERROR,
+            message=f"p{scenario.target_latency_percentile * 100:g} latency "
+            f"{stats.headline.value_ns / 1e6:.3f} ms exceeds the {scenario.latency_bound_ms:g} "
+            f"ms bound at {scenario.target_qps:g} QPS",
+            measured=stats.headline.value_ns / 1e6,
+            limit=scenario.latency_bound_ms,
+        )
+    if phase.issue_delays_ns:
+        late_ns = limits.late_issue_fraction_of_bound * bound_ns
+        late = sum(1 for delay in phase.issue_delays_ns if delay > late_ns)
+        share = late / len(phase.issue_delays_ns)
+        allowed = (
+            limits.max_late_share
+            if limits.max_late_share is not None
+            else 1 - scenario.target_latency_percentile
+        )
+        if share > allowed:
+            yield Reason(
+                code=ReasonCode.LOAD_GENERATOR_LATE,
+                severity=Severity.ERROR,
+                message=f"{share:.2%} of queries were issued more than {late_ns / 1e6:.3f} ms "
+                f"after their scheduled arrival (at most {allowed:.2%} allowed): the load "
+                "applied was not the Poisson load asked for",
+                measured=share,
+                limit=allowed,
+            )
+
+
+def _environment_reasons(
+    environment: Mapping[str, Any], limits: ValidityThresholds
+) -> Iterator[Reason]:
+    governor = environment.get("cpu_governor")
+    if governor is not None and governor != "performance":
+        yield Reason(
+            code=ReasonCode.CPU_GOVERNOR_NOT_PERFORMANCE,
+            severity=Severity.WARNING,
+            message=f"the CPU frequency governor is {governor!r}, not 'performance': the clock "
+            "may change during the run",
+        )
+    heavy = environment.get("heavy_processes")
+    if heavy is not None:  # a process list was taken: it says more than the load average
+        if heavy:
+            names = ", ".join(
+                f"{p.get('name', '?')} (pid {p.get('pid', '?')}, "
+                f"{p.get('cpu_percent', 0):.0f}% CPU)"
+                for p in heavy
+            )
+            yield Reason(
+                code=ReasonCode.OTHER_HEAVY_PROCESSES,
+                severity=Severity.WARNING,
+                message=f"other processes were busy when the run started: {names}",
+                measured=len(heavy),
+                limit=0,
+            )
+        return
+    load = environment.get("load_average")
+    cpus = environment.get("cpu_threads")
+    if load and cpus:
+        # The 1-minute load includes this process's own thread; count it out.
+        per_cpu = max(float(load[0]) - 1, 0.0) / float(cpus)
+        if per_cpu > limits.max_load_per_cpu:
+            yield Reason(
+                code=ReasonCode.OTHER_HEAVY_PROCESSES,
+                severity=Severity.WARNING,
+                message=f"the machine was loaded when the run started: load average "
+                f"{float(load[0]):.2f} on {cpus} CPUs",
+                measured=per_cpu,
+                limit=limits.max_load_per_cpu,
+            )
