@@ -1,0 +1,244 @@
+"""Which OpenCL device runs a model, and how its program gets there.
+
+``hardware`` is the worker's: "fpga" takes an accelerator-type device (an FPGA board) and
+its precompiled program binary, since FPGA flows cannot compile at run time; without such a
+board, the CPU device emulates it (``emulated: true`` in every description). "cpu" and
+"gpu" take a device of that type. Anything but a real board builds the program from the
+kernel sources unless a binary is given.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pyopencl as cl
+
+from shared.errors import PredictorError
+
+__all__ = [
+    "KERNEL_FILES",
+    "DeviceInfo",
+    "OpenCLDevice",
+    "device_capabilities",
+    "kernel_source",
+    "open_device",
+]
+
+# One program, in this order: common.cl defines what the others use.
+KERNEL_FILES = (
+    "common.cl",
+    "conv.cl",
+    "dense.cl",
+    "elementwise.cl",
+    "pooling.cl",
+    "normalization.cl",
+    "layout.cl",
+)
+# -cl-mad-enable lets "a * b + c" become one FMA (more accurate on CPUs, not less).
+BUILD_OPTIONS = ["-cl-mad-enable"]
+
+_DEVICE_TYPES = {
+    "cpu": cl.device_type.CPU,
+    "gpu": cl.device_type.GPU,
+    "fpga": cl.device_type.ACCELERATOR,
+}
+
+
+def _type_name(device: cl.Device) -> str:
+    names = {
+        cl.device_type.CPU: "cpu",
+        cl.device_type.GPU: "gpu",
+        cl.device_type.ACCELERATOR: "accelerator",
+    }
+    return next((name for bit, name in names.items() if device.type & bit), "custom")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    platform: str
+    name: str
+    vendor: str
+    version: str
+    driver_version: str
+    device_type: str  # cpu, gpu, accelerator
+    compute_units: int
+    global_memory_bytes: int
+    max_allocation_bytes: int
+    local_memory_bytes: int
+    emulated: bool  # a CPU device standing in for the FPGA board the worker was asked for
+
+    @classmethod
+    def of(cls, device: cl.Device, *, emulated: bool) -> DeviceInfo:
+        return cls(
+            platform=device.platform.name.strip(),
+            name=device.name.strip(),
+            vendor=device.vendor.strip(),
+            version=device.version.strip(),
+            driver_version=device.driver_version.strip(),
+            device_type=_type_name(device),
+            compute_units=int(device.max_compute_units),
+            global_memory_bytes=int(device.global_mem_size),
+            max_allocation_bytes=int(device.max_mem_alloc_size),
+            local_memory_bytes=int(device.local_mem_size),
+            emulated=emulated,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class OpenCLDevice:
+    """A device ready to run: its context, an in-order profiling queue and the program."""
+
+    info: DeviceInfo
+    context: cl.Context
+    queue: cl.CommandQueue
+    program: cl.Program
+    program_from: str  # "source", or the binary's path
+    alignment: int  # bytes: where sub-buffers may start
+
+    def check_fits(self, arena_bytes: int, constant_bytes: int, what: str) -> None:
+        """Refuse, before anything runs, a plan the device has no room for."""
+        mib = 1024**2
+        needed = arena_bytes + constant_bytes
+        if needed > self.info.global_memory_bytes:
+            raise PredictorError(
+                f"{what} needs {needed / mib:.1f} MiB of device memory ({arena_bytes / mib:.1f} "
+                f"MiB of activations, {constant_bytes / mib:.1f} MiB of weights) but "
+                f"{self.info.name} has {self.info.global_memory_bytes / mib:.1f} MiB; use a "
+                "smaller batch or a device with more memory"
+            )
+        if arena_bytes > self.info.max_allocation_bytes:
+            raise PredictorError(
+                f"{what} needs one {arena_bytes / mib:.1f} MiB buffer for its activations but "
+                f"{self.info.name} allocates at most {self.info.max_allocation_bytes / mib:.1f} "
+                "MiB at once; use a smaller batch"
+            )
+
+
+def kernel_source() -> str:
+    """Every kernel file, concatenated: the program built on devices that compile."""
+    folder = resources.files(__package__).joinpath("kernels")
+    return "\n".join(folder.joinpath(name).read_text() for name in KERNEL_FILES)
+
+
+def _devices() -> list[cl.Device]:
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:  # the ICD loader finds no platform at all
+        return []
+    return [device for platform in platforms for device in platform.get_devices()]
+
+
+def _describe_all(devices: list[cl.Device]) -> str:
+    if not devices:
+        return "no OpenCL device at all"
+    return "; ".join(
+        f"{d.name.strip()} ({_type_name(d)}, {d.platform.name.strip()})" for d in devices
+    )
+
+
+def select_device(hardware: str, platform: str | None = None) -> tuple[cl.Device, bool]:
+    """The device for ``hardware`` and whether it emulates an FPGA board (on the CPU).
+
+    ``platform``: a substring of the platform name that narrows the choice (when several
+    OpenCL implementations are installed)."""
+    wanted = _DEVICE_TYPES.get(hardware)
+    if wanted is None:
+        raise PredictorError(f"the opencl worker runs on cpu, gpu or fpga, not {hardware!r}")
+    devices = [
+        d for d in _devices() if platform is None or platform.lower() in d.platform.name.lower()
+    ]
+    matching = [d for d in devices if d.type & wanted]
+    if hardware == "fpga" and not matching:
+        matching = [d for d in devices if d.type & cl.device_type.CUSTOM]
+    if matching:
+        return matching[0], False
+    if hardware == "fpga":
+        cpus = [d for d in devices if d.type & cl.device_type.CPU]
+        if cpus:
+            return cpus[0], True
+    raise PredictorError(
+        f"no OpenCL {hardware} device here"
+        + (f" on a platform matching {platform!r}" if platform else "")
+        + f"; found: {_describe_all(_devices())}"
+    )
+
+
+def _build(context: cl.Context, device: cl.Device, binary: Path | None) -> cl.Program:
+    with warnings.catch_warnings():
+        # pyopencl turns any non-empty build log into a warning; the log says nothing
+        # a user needs when the build succeeds.
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        if binary is None:
+            try:
+                program: cl.Program = cl.Program(context, kernel_source()).build(
+                    options=BUILD_OPTIONS
+                )
+                return program
+            except cl.Error as exc:
+                raise PredictorError(
+                    f"the OpenCL kernels do not build on {device.name.strip()}: {exc}"
+                ) from exc
+        try:
+            content = binary.read_bytes()
+        except OSError as exc:
+            raise PredictorError(f"cannot read the OpenCL program binary {binary}: {exc}") from exc
+        try:
+            loaded: cl.Program = cl.Program(context, [device], [content]).build(
+                options=BUILD_OPTIONS
+            )
+            return loaded
+        except cl.Error as exc:
+            raise PredictorError(
+                f"the OpenCL program binary {binary} does not load on {device.name.strip()} "
+                f"({device.platform.name.strip()}): it was built for another device or is not "
+                f"a program binary ({exc}). Build it for this device from dlscope's kernels "
+                "(services/workers/predictors/opencl/kernels/*.cl)."
+            ) from exc
+
+
+def open_device(
+    hardware: str, *, binary: Path | None = None, platform: str | None = None
+) -> OpenCLDevice:
+    device, emulated = select_device(hardware, platform)
+    if hardware == "fpga" and not emulated and binary is None:
+        raise PredictorError(
+            f"{device.name.strip()} is an FPGA board: its program cannot be compiled at run "
+            "time; name its precompiled binary (.aocx, .xclbin) with DLSCOPE_OPENCL_BINARY"
+        )
+    try:
+        context = cl.Context([device])
+        queue = cl.CommandQueue(
+            context, device, properties=cl.command_queue_properties.PROFILING_ENABLE
+        )
+    except cl.Error as exc:
+        raise PredictorError(f"cannot open OpenCL device {device.name.strip()}: {exc}") from exc
+    program = _build(context, device, binary)
+    needed = re.findall(r"__kernel\s+void\s+(\w+)", kernel_source())
+    missing = sorted(set(needed) - set(program.kernel_names.split(";")))
+    if missing:
+        raise PredictorError(
+            f"the OpenCL program {binary or 'built from source'} lacks kernels the engine "
+            f"needs: {', '.join(missing)}"
+        )
+    return OpenCLDevice(
+        info=DeviceInfo.of(device, emulated=emulated),
+        context=context,
+        queue=queue,
+        program=program,
+        program_from=str(binary) if binary else "source",
+        alignment=max(64, int(device.mem_base_addr_align) // 8),
+    )
+
+
+def device_capabilities(hardware: str, platform: str | None = None) -> dict[str, Any]:
+    """What a worker announces about its OpenCL device (no program is built)."""
+    device, emulated = select_device(hardware, platform)
+    return {"opencl": DeviceInfo.of(device, emulated=emulated).as_dict()}
