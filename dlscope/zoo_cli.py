@@ -44,11 +44,11 @@ def _register(manifest: ModelManifest, gateway: str | None, token: str | None) -
 
 
 # The models `dlscope zoo build` makes; `dlscope run` builds them on first use.
-ZOO_MODELS = ("digits-cnn", "digits-cnn-torch")
+ZOO_MODELS = ("digits-cnn", "digits-cnn-torch", "digits-cnn-tf")
 
 
 def build_zoo(out_dir: Path, gateway: str | None = None, token: str | None = None) -> None:
-    """Train digits-cnn (ONNX and TorchScript) into ``out_dir`` and register it."""
+    """Train digits-cnn (ONNX, TorchScript and SavedModel) into ``out_dir`` and register it."""
     # torch takes seconds to import: only building pays for it.
     from dlscope.zoo import build_digits
 
@@ -84,5 +84,5 @@ def build(
     gateway: Gateway = None,
     token: Token = None,
 ) -> None:
-    """Train digits-cnn (ONNX and TorchScript), write its manifests, register them."""
+    """Train digits-cnn (ONNX, TorchScript and SavedModel), write its manifests, register them."""
     build_zoo(out if out is not None else Settings().home / "zoo", gateway, token)

@@ -1,13 +1,18 @@
-"""``digits-cnn``: a small CNN trained on scikit-learn's digits, for ONNX Runtime and PyTorch.
+"""``digits-cnn``: a small CNN trained on scikit-learn's digits, for ONNX Runtime, PyTorch
+and TensorFlow.
 
 The zoo's one model whose accuracy is real: trained here, in seconds, on the ``train`` split
-of ``digits@1.0.0``, measured on its ``test`` split, and exported twice from the same weights.
-The registry keys models by (name, version) alone, so the two exports are two models:
-``digits-cnn`` (ONNX, for onnxruntime) and ``digits-cnn-torch`` (TorchScript, for pytorch).
+of ``digits@1.0.0``, measured on its ``test`` split, and exported three times from the same
+weights. The registry keys models by (name, version) alone, so the exports are three models:
+``digits-cnn`` (ONNX, for onnxruntime), ``digits-cnn-torch`` (TorchScript, for pytorch) and
+``digits-cnn-tf`` (a SavedModel in a tar file, for tensorflow). Each export is checked against
+torch before its manifest is written.
 """
 
 from __future__ import annotations
 
+import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +24,7 @@ import yaml
 from numpy.typing import NDArray
 
 from dlscope.zoo.export import OPSET, export_onnx, export_torchscript
+from dlscope.zoo.savedmodel import export_savedmodel, run_savedmodel, tensorflow_version
 from dlscope.zoo.training import TrainingPlan, accuracy, predict, train
 from shared.artifacts import sha256_of
 from shared.config import REPOSITORY_ROOT
@@ -44,16 +50,25 @@ INPUT, OUTPUT = "input", "logits"
 DIGITS_MODELS: tuple[tuple[str, FrameworkName, str], ...] = (
     ("digits-cnn", "onnxruntime", "digits-cnn.onnx"),
     ("digits-cnn-torch", "pytorch", "digits-cnn.pt"),
+    ("digits-cnn-tf", "tensorflow", "digits-cnn.savedmodel.tar"),
 )
-# Which framework versions can run the files: opset 18 needs onnxruntime 1.14; TorchScript
-# loads in the torch that saved it and newer ones.
-FRAMEWORK_VERSIONS: dict[str, str] = {
-    "onnxruntime": ">=1.14",
-    "pytorch": f">={torch.__version__.split('+')[0]}",
-}
+# The SavedModel's folder inside its tar file.
+SAVEDMODEL = "digits-cnn-tf"
+
+
+def _framework_versions() -> dict[str, str]:
+    """Which framework versions can run the files: opset 18 needs onnxruntime 1.14;
+    TorchScript and SavedModels load in the version that saved them and newer ones."""
+    return {
+        "onnxruntime": ">=1.14",
+        "pytorch": f">={torch.__version__.split('+')[0]}",
+        "tensorflow": f">={tensorflow_version()}",
+    }
+
+
 # Pixel values are counts from 0 to 16: scaled to [0, 1], one channel first (NCHW).
 STEPS: list[InputStep] = [NormalizeStep(mean=[0.0], std=[1.0], scale=16.0), LayoutStep(to="NCHW")]
-# ONNX Runtime and torch may order their float sums differently: logits agree to about 1e-6.
+# Frameworks may order their float sums differently: logits agree to about 1e-6.
 LOGIT_TOLERANCE = 1e-4
 
 
@@ -81,23 +96,48 @@ def _tensors(dataset: Dataset) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
     return images, dataset.labels
 
 
-def _check_onnx(
-    path: Path, images: NDArray[np.float32], labels: NDArray[np.int64], expected: NDArray[Any]
+def _check(
+    path: Path,
+    framework: str,
+    logits: NDArray[np.float32],
+    labels: NDArray[np.int64],
+    expected: NDArray[Any],
 ) -> None:
-    """Refuse an ONNX file that does not compute what the torch model does."""
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    logits = np.asarray(session.run([OUTPUT], {INPUT: images})[0], dtype=np.float32)
+    """Refuse an export that does not compute what the torch model does."""
     difference = float(np.max(np.abs(logits - expected)))
     if difference >= LOGIT_TOLERANCE:
         raise ArtifactError(
-            f"{path}: ONNX Runtime's logits differ from torch's by up to {difference:.2g} "
+            f"{path}: {framework}'s logits differ from torch's by up to {difference:.2g} "
             f"(tolerance {LOGIT_TOLERANCE:g})"
         )
     if accuracy(logits, labels, 1) != accuracy(expected, labels, 1):
-        raise ArtifactError(f"{path}: ONNX Runtime's top-1 accuracy differs from torch's")
+        raise ArtifactError(f"{path}: {framework}'s top-1 accuracy differs from torch's")
 
 
-def _manifest(name: str, framework: str, file: Path, attributes: dict[str, Any]) -> dict[str, Any]:
+def _onnx_logits(path: Path, images: NDArray[np.float32]) -> NDArray[np.float32]:
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run([OUTPUT], {INPUT: images})[0], dtype=np.float32)
+
+
+def _savedmodel_logits(archive: Path, images: NDArray[np.float32]) -> NDArray[np.float32]:
+    with tempfile.TemporaryDirectory(prefix="dlscope-check-") as scratch:
+        with tarfile.open(archive) as tar:
+            tar.extractall(scratch, filter="data")
+        logits = run_savedmodel(Path(scratch) / SAVEDMODEL, INPUT, OUTPUT, images)
+    return np.asarray(logits, dtype=np.float32)
+
+
+def _source(file: Path) -> dict[str, Any]:
+    # Relative to the manifest, so the folder can move.
+    source = {"uri": file.name, "sha256": sha256_of(file)}
+    if file.name.endswith(".tar"):
+        return {**source, "archive": "tar", "member": SAVEDMODEL}
+    return source
+
+
+def _manifest(
+    name: str, framework: str, version: str, file: Path, attributes: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "kind": "model",
         "name": name,
@@ -109,7 +149,7 @@ def _manifest(name: str, framework: str, file: Path, attributes: dict[str, Any])
         ),
         "license": "CC-BY-4.0",  # the weights derive from the data set, under CC-BY-4.0
         "task": "image-classification",
-        "framework": {"name": framework, "version": FRAMEWORK_VERSIONS[framework]},
+        "framework": {"name": framework, "version": version},
         "inputs": [
             {
                 "name": INPUT,
@@ -120,8 +160,7 @@ def _manifest(name: str, framework: str, file: Path, attributes: dict[str, Any])
             }
         ],
         "outputs": [{"name": OUTPUT, "element_type": "float32", "shape": [-1, 10]}],
-        # Relative to the manifest, so the folder can move.
-        "source": {"uri": file.name, "sha256": sha256_of(file)},
+        "source": _source(file),
         "attributes": attributes,
     }
 
@@ -148,7 +187,19 @@ def build_digits(
     example = torch.tensor(test_x[:2])  # two samples: a batch of one would be specialised
     export_onnx(model, example, out_dir / "digits-cnn.onnx", input_name=INPUT, output_name=OUTPUT)
     export_torchscript(model, example, out_dir / "digits-cnn.pt")
-    _check_onnx(out_dir / "digits-cnn.onnx", test_x, test_y, logits)
+    export_savedmodel(
+        model,
+        example,
+        out_dir / "digits-cnn.savedmodel.tar",
+        member=SAVEDMODEL,
+        input_name=INPUT,
+        output_name=OUTPUT,
+        tolerance=LOGIT_TOLERANCE,
+    )
+    onnx_logits = _onnx_logits(out_dir / "digits-cnn.onnx", test_x)
+    _check(out_dir / "digits-cnn.onnx", "ONNX Runtime", onnx_logits, test_y, logits)
+    tf_logits = _savedmodel_logits(out_dir / "digits-cnn.savedmodel.tar", test_x)
+    _check(out_dir / "digits-cnn.savedmodel.tar", "TensorFlow", tf_logits, test_y, logits)
 
     common = {
         "training_dataset": f"{dataset.ref} train split",
@@ -161,11 +212,12 @@ def build_digits(
         "epochs": plan.epochs,
         "trained_with": f"torch {torch.__version__}",
     }
+    versions = _framework_versions()
     built = []
     for name, framework, file in DIGITS_MODELS:
         attributes = {**common, "opset": OPSET} if framework == "onnxruntime" else common
         path = out_dir / f"{name}.yaml"
-        document = _manifest(name, framework, out_dir / file, attributes)
+        document = _manifest(name, framework, versions[framework], out_dir / file, attributes)
         path.write_text(
             "# Built by `dlscope zoo build` (dlscope/zoo/digits.py); rebuild, do not edit.\n"
             + yaml.safe_dump(document, sort_keys=False, allow_unicode=True)

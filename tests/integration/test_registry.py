@@ -36,7 +36,7 @@ def stack(any_stack: Stack) -> Stack:
 async def test_the_built_in_zoo_is_registered_and_listed(stack: Stack) -> None:
     models = (await stack.http.get("/v1/models", params={"framework": "onnxruntime"})).json()
     assert "squeezenet" in {m["name"] for m in models}
-    detail = (await stack.http.get("/v1/models/squeezenet/1.0.0")).json()
+    detail = (await stack.http.get("/v1/models/squeezenet/1.0.1")).json()
     assert detail["manifest"]["source"]["sha256"] == SQUEEZENET_SHA
     assert (await stack.http.get("/v1/models", params={"framework": "pytorch"})).json() == []
 

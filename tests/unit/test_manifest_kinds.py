@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter
 
+from services.workers.predictors import predictor_factory
 from shared.config import REPOSITORY_ROOT
 from shared.errors import ManifestError
 from shared.manifests import (
@@ -68,6 +70,21 @@ def test_a_framework_manifest_pins_the_version_the_framework_reports(tmp_path: P
         ["cpu", "gpu"],
         "onnxruntime-gpu",
     )
+
+
+@pytest.mark.parametrize(
+    "path", sorted((REPOSITORY_ROOT / "manifests" / "frameworks").glob("*.yaml")), ids=str
+)
+def test_the_shipped_framework_manifests_match_what_is_installed(path: Path) -> None:
+    # A framework manifest describes the build dlscope installs: its version must be the one
+    # its worker reports (the pin in pyproject), or results would name a framework version
+    # that never ran them.
+    manifest = load_manifest(path)
+    assert isinstance(manifest, FrameworkManifest)
+    reported = predictor_factory(manifest.name).version().split("+")[0]
+    assert manifest.version == reported, f"{path.name}: {manifest.version} != {reported}"
+    if manifest.package is not None:
+        assert version(manifest.package).split("+")[0] == reported
 
 
 @pytest.mark.parametrize("version", ["2.13.0", "10.0.1.6", "2.5.1+cu121", "3.0", "1.0.0rc1"])

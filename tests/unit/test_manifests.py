@@ -329,7 +329,7 @@ def test_a_directory_lists_every_kind_sorted_by_kind_name_and_version(tmp_path: 
 
 def test_the_built_in_manifests_are_valid() -> None:
     names = [m.ref for m in load_manifests(REPOSITORY_ROOT / "manifests" / "models")]
-    assert "squeezenet@1.0.0" in names
+    assert "squeezenet@1.0.1" in names
     squeezenet = load_manifest(REPOSITORY_ROOT / "manifests" / "models" / "squeezenet.yaml")
     assert isinstance(squeezenet, ModelManifest)
     assert squeezenet.source.uri.startswith("pkg://onnx/")
