@@ -1,24 +1,149 @@
-"""What a worker runs on: announced as capabilities, and captured at every evaluation's start."""
+"""What a worker runs on: announced as capabilities, and captured at every evaluation's start.
+
+``environment()`` runs at the start of every evaluation, on the worker's event loop, so it
+must stay cheap (well under 50 ms): what cannot change while the process lives (CPU model,
+GPUs, library versions, torch's build) is read once and kept; what can (load, free memory,
+busy processes, thread counts) is read each time.
+"""
 
 from __future__ import annotations
 
+import csv
+import functools
+import importlib
+import logging
 import os
 import platform
+import re
+import shutil
 import socket
+import subprocess
 import sys
+import time
+from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-__all__ = ["capabilities", "environment", "host_name"]
+__all__ = [
+    "FRAMEWORK_LIBRARIES",
+    "HEAVY_CPU_PERCENT",
+    "Gpu",
+    "capabilities",
+    "environment",
+    "gpus",
+    "host_name",
+]
+
+log = logging.getLogger(__name__)
+
+# The distributions, besides numpy, whose versions decide what a framework computes and how
+# fast: its own package under every name it ships as, and the libraries it runs on. Those
+# not installed are left out.
+FRAMEWORK_LIBRARIES: dict[str, tuple[str, ...]] = {
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnx", "protobuf", "flatbuffers"),
+    "pytorch": ("torch", "nvidia-cudnn-cu12", "nvidia-cublas-cu12", "triton"),
+    "tensorflow": ("tensorflow", "tensorflow-cpu", "keras", "protobuf", "ml-dtypes", "h5py"),
+    "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu12-libs", "torch", "onnx"),
+    "opencl": ("pyopencl", "pocl-binary-distribution", "onnx"),
+}
+# A process using this much of one CPU (top's percent) beside the worker is named in the
+# environment as heavy: it competes with the measurement.
+HEAVY_CPU_PERCENT = 50.0
+_HEAVY_LISTED = 5
+# CPU times tick every 10 ms: over a shorter window a rate could be off by 10 points or more.
+_SHORTEST_WINDOW_S = 0.1
+_NVIDIA_SMI_QUERY = "index,name,memory.total,driver_version,uuid"
 
 
 def host_name() -> str:
     return socket.gethostname()
 
 
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    memory_bytes: int
+    driver_version: str
+    uuid: str
+
+
+@functools.cache
+def gpus() -> tuple[Gpu, ...]:
+    """The NVIDIA GPUs here: through NVML (``nvidia-ml-py``) when installed, else
+    ``nvidia-smi``; none when neither finds one. Read once: GPUs do not come and go under a
+    running worker."""
+    found = _nvml_gpus()
+    return found if found is not None else _nvidia_smi_gpus()
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value  # old pynvml returns bytes
+
+
+def _nvml_gpus() -> tuple[Gpu, ...] | None:
+    """None when NVML cannot answer (no nvidia-ml-py, no driver), so nvidia-smi is asked."""
+    try:
+        nvml = importlib.import_module("pynvml")
+        nvml.nvmlInit()
+    except Exception:  # ImportError, or NVMLError: no libnvidia-ml, no driver loaded
+        return None
+    try:
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        found = []
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            found.append(
+                Gpu(
+                    index=index,
+                    name=_text(nvml.nvmlDeviceGetName(handle)),
+                    memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                    driver_version=driver,
+                    uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                )
+            )
+        return tuple(found)
+    except Exception as exc:  # NVMLError for a GPU fallen off the bus, say
+        log.warning("NVML could not describe the GPUs: %s", exc)
+        return None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _nvidia_smi_gpus() -> tuple[Gpu, ...]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ()
+    try:
+        answer = subprocess.run(
+            [smi, f"--query-gpu={_NVIDIA_SMI_QUERY}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+        return tuple(
+            Gpu(
+                index=int(index),
+                name=name,
+                memory_bytes=int(float(memory_mib) * 2**20),
+                driver_version=driver,
+                uuid=uuid,
+            )
+            for index, name, memory_mib, driver, uuid in csv.reader(
+                answer.splitlines(), skipinitialspace=True
+            )
+        )
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        # A driver that does not answer (or a version mismatch) means no GPU to offer.
+        log.warning("nvidia-smi could not list the GPUs: %s", exc)
+        return ()
+
+
+@functools.cache
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -36,14 +161,109 @@ def _governor() -> str | None:
         return None  # containers and VMs often hide it
 
 
-def _dlscope_version() -> str:
+@functools.cache
+def _distribution_version(name: str) -> str | None:
     try:
-        return version("dlscope")
+        return version(name)
     except PackageNotFoundError:
-        return "unknown"
+        return None
 
 
-def capabilities() -> dict[str, Any]:
+@functools.cache
+def _platform() -> str:
+    return platform.platform()  # reads the interpreter's binary for its libc: once is enough
+
+
+@functools.cache
+def _torch_build() -> dict[str, Any]:
+    torch: Any = sys.modules["torch"]
+    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    return {
+        "blas": blas.group(1) if blas else None,
+        "mkl": torch.backends.mkl.is_available(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "openmp": torch.backends.openmp.is_available(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.version.cuda else None,
+    }
+
+
+def _framework_build(framework: str) -> dict[str, Any]:
+    """torch's build and threads, when the worker has torch loaded (never imported here)."""
+    torch: Any = sys.modules.get("torch")
+    if framework != "pytorch" or torch is None:
+        return {}
+    return {
+        "torch_build": {
+            **_torch_build(),
+            "intra_op_threads": torch.get_num_threads(),
+            "inter_op_threads": torch.get_num_interop_threads(),
+        }
+    }
+
+
+def _libraries(framework: str) -> dict[str, str]:
+    return {
+        name: found
+        for name in FRAMEWORK_LIBRARIES.get(framework, ())
+        if (found := _distribution_version(name)) is not None
+    }
+
+
+class _CpuUse:
+    """CPU used by each other process since the previous look.
+
+    A rate needs two readings, and sampling for long enough to mean something would cost the
+    evaluation's start far more than 50 ms. So every look (the worker's announcement, each
+    evaluation's start) keeps the processes' CPU times, and the next one reports the rate over
+    the window between them: from the worker's start or the previous evaluation, to now.
+    """
+
+    def __init__(self) -> None:
+        self._seen_at: float | None = None
+        # pid -> (process start time, CPU seconds used): the start time tells a reused pid.
+        self._used: dict[int, tuple[float, float]] = {}
+
+    def look(self) -> tuple[float | None, list[dict[str, Any]]]:
+        """The window in seconds and the processes over ``HEAVY_CPU_PERCENT`` in it, busiest
+        first; a window of None when there is none long enough to tell."""
+        now = time.monotonic()
+        window = None if self._seen_at is None else now - self._seen_at
+        if window is not None and window < _SHORTEST_WINDOW_S:
+            return None, []  # the reading kept stays, so the next window is long enough
+        own = os.getpid()
+        used: dict[int, tuple[float, float]] = {}
+        heavy = []
+        for process in psutil.process_iter(["name", "cpu_times", "create_time"]):
+            times, started = process.info["cpu_times"], process.info["create_time"]
+            if process.pid == own or times is None or started is None:
+                continue  # ourselves, or a process we may not read
+            seconds = times.user + times.system
+            used[process.pid] = (started, seconds)
+            before = self._used.get(process.pid)
+            if window is not None and before is not None and before[0] == started:
+                percent = 100.0 * (seconds - before[1]) / window
+                if percent >= HEAVY_CPU_PERCENT:
+                    heavy.append(
+                        {
+                            "pid": process.pid,
+                            "name": process.info["name"],
+                            "cpu_percent": round(percent, 1),
+                        }
+                    )
+        self._seen_at, self._used = now, used
+        heavy.sort(key=lambda p: -float(p["cpu_percent"]))
+        return window, heavy[:_HEAVY_LISTED]
+
+
+# One per process, because the rate is over the window between two looks; it holds no
+# resource, only the previous reading.
+_cpu_use = _CpuUse()
+
+
+@functools.cache
+def _host() -> dict[str, Any]:
     return {
         "host": host_name(),
         "cpu_model": _cpu_model(),
@@ -54,18 +274,42 @@ def capabilities() -> dict[str, Any]:
     }
 
 
+def _machine() -> dict[str, Any]:
+    # Fresh dicts each time: a caller may change what it gets, never the cached reading.
+    return {**_host(), "gpus": [asdict(gpu) for gpu in gpus()]}
+
+
+def capabilities() -> dict[str, Any]:
+    """What the worker offers, for the scheduler to route by (and a user to read)."""
+    # Announcing also opens the first window of busy processes, which the first
+    # evaluation's environment reports on.
+    _cpu_use.look()
+    return _machine()
+
+
 def environment(framework: dict[str, Any], *, seed: int) -> dict[str, Any]:
-    """Everything needed to reproduce or question a measurement, read at its start."""
+    """Everything needed to reproduce or question a measurement, read at its start.
+
+    ``framework`` is the predictor's description (``framework``, ``framework_version``);
+    ``seed`` seeds the evaluation's generated inputs.
+    """
     load1, load5, load15 = os.getloadavg()
+    window, heavy = _cpu_use.look()
+    name = str(framework.get("framework", ""))
     return {
-        **capabilities(),
+        **_machine(),
         **framework,
+        "libraries": _libraries(name),
+        **_framework_build(name),
         "python": sys.version.split()[0],
-        "platform": platform.platform(),
+        "platform": _platform(),
         "cpu_governor": _governor(),
         "load_average": [load1, load5, load15],
         "memory_available_bytes": psutil.virtual_memory().available,
-        "dlscope_version": _dlscope_version(),
-        "numpy_version": version("numpy"),
+        # None when unknown (no earlier look, or one too recent): the load average speaks.
+        "heavy_processes": None if window is None else heavy,
+        "heavy_processes_window_s": window,
+        "dlscope_version": _distribution_version("dlscope") or "unknown",
+        "numpy_version": _distribution_version("numpy"),
         "seed": seed,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from services.workers.predictors.base import Predictor
 from shared.errors import ConfigurationError
@@ -11,10 +12,17 @@ from shared.errors import ConfigurationError
 __all__ = ["Predictor", "PredictorFactory", "predictor_factory"]
 
 
+def _no_device(hardware: str) -> dict[str, Any]:
+    return {}
+
+
 @dataclass(frozen=True)
 class PredictorFactory:
     create: Callable[[], Predictor]
     version: Callable[[], str]
+    # What the framework itself sees of the device it runs on (an OpenCL platform and
+    # device), announced with the worker's capabilities.
+    device: Callable[[str], dict[str, Any]] = _no_device
 
 
 def predictor_factory(framework: str) -> PredictorFactory:
@@ -27,9 +35,23 @@ def predictor_factory(framework: str) -> PredictorFactory:
             from services.workers.predictors import torchscript
 
             return PredictorFactory(torchscript.TorchScriptPredictor, torchscript.framework_version)
+        if framework == "tensorflow":
+            from services.workers.predictors import savedmodel
+
+            return PredictorFactory(savedmodel.SavedModelPredictor, savedmodel.framework_version)
+        if framework == "tensorrt":
+            from services.workers.predictors import tensorrt
+
+            return PredictorFactory(tensorrt.TensorRTPredictor, tensorrt.framework_version)
+        if framework == "opencl":
+            from services.workers.predictors import opencl
+
+            return PredictorFactory(
+                opencl.OpenCLPredictor, opencl.framework_version, opencl.device_capabilities
+            )
     except ImportError as exc:
         raise ConfigurationError(f"framework {framework!r} is not installed here: {exc}") from exc
     raise ConfigurationError(
         f"no predictor for framework {framework!r} in this version of dlscope; "
-        "available: onnxruntime, pytorch"
+        "available: onnxruntime, pytorch, tensorflow, tensorrt, opencl"
     )

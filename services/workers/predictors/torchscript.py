@@ -1,9 +1,19 @@
-"""PyTorch predictor: TorchScript artifacts, the format torch loads and runs without the
-model's Python code (on the CPU; CUDA where torch has it and the job asks for a GPU)."""
+"""PyTorch predictor: the two formats torch loads and runs without the model's Python code.
+
+- ``.pt2``: a ``torch.export`` program (``torch.export.save``), loaded with
+  ``torch.export.load``: the format torch recommends since 2.x;
+- anything else: TorchScript (``torch.jit.save``), deprecated in torch 2.13 but still the
+  format most published models come in.
+
+The model file's name decides, so one manifest field (``source``, with its ``member`` for an
+archive) says everything. Runs on the CPU; on CUDA where torch has it and the job asks for a
+GPU.
+"""
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +22,9 @@ import numpy as np
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
 
-__all__ = ["TorchScriptPredictor", "framework_version"]
+__all__ = ["EXPORTED_PROGRAM_SUFFIX", "TorchScriptPredictor", "framework_version"]
+
+EXPORTED_PROGRAM_SUFFIX = ".pt2"
 
 
 def framework_version() -> str:
@@ -23,50 +35,88 @@ def framework_version() -> str:
     return str(torch.__version__)
 
 
+def _load_torchscript(torch: Any, manifest: ModelManifest, path: Path, device: str) -> Any:
+    with warnings.catch_warnings():
+        # torch 2.13 deprecates TorchScript in favour of torch.export; models still come in it.
+        warnings.filterwarnings(
+            "ignore", message=r"`torch\.jit\.\w+` is deprecated", category=DeprecationWarning
+        )
+        try:
+            module = torch.jit.load(str(path), map_location=device)
+        except (RuntimeError, ValueError) as exc:
+            raise PredictorError(
+                f"pytorch cannot load {manifest.ref} as TorchScript: {exc}"
+            ) from exc
+    return module.eval()
+
+
+def _load_exported(torch: Any, manifest: ModelManifest, path: Path, device: str) -> Any:
+    try:
+        program = torch.export.load(str(path))
+    except Exception as exc:  # zipfile, pickle and torch's own errors, untyped
+        raise PredictorError(
+            f"pytorch cannot load {manifest.ref} as a torch.export program: {exc}"
+        ) from exc
+    # An exported program is already in inference form (no train/eval switch to flip).
+    return program.module().to(device)
+
+
 class TorchScriptPredictor:
     framework = "pytorch"
 
     def __init__(self) -> None:
         self._module: Any = None
         self._device = "cpu"
+        self._format = ""
         self._input_names: list[str] = []
+        self._output_names: list[str] = []
+        self._no_autograd: Any = None
+        self._tensor: Callable[[np.ndarray], Any] = _unopened
+        self._array: Callable[[Any], np.ndarray] = _unopened
 
     def open(self, manifest: ModelManifest, model_path: Path, *, hardware: str) -> None:
         import torch
 
         if hardware == "gpu":
             if not torch.cuda.is_available():
-                raise PredictorError(f"torch {torch.__version__} sees no CUDA device here")
-            self._device = "cuda"
-        elif hardware != "cpu":
-            raise PredictorError(f"the pytorch worker runs on cpu or gpu, not {hardware!r}")
-        with warnings.catch_warnings():
-            # torch 2.13 deprecates TorchScript in favour of torch.export, but it is still
-            # the one format torch runs without the model's Python code.
-            warnings.filterwarnings(
-                "ignore", message=r"`torch\.jit\.\w+` is deprecated", category=DeprecationWarning
-            )
-            try:
-                module = torch.jit.load(str(model_path), map_location=self._device)  # type: ignore[no-untyped-call]
-            except (RuntimeError, ValueError) as exc:
                 raise PredictorError(
-                    f"pytorch cannot load {manifest.ref} as TorchScript: {exc}"
-                ) from exc
-        self._module = module.eval()
-        # TorchScript modules take positional tensors: in the manifest's input order.
+                    f"torch {torch.__version__} sees no CUDA GPU here for {manifest.ref} "
+                    "(a CUDA build of torch and an NVIDIA driver are needed)"
+                )
+            device = "cuda"
+        elif hardware == "cpu":
+            device = "cpu"
+        else:
+            raise PredictorError(f"the pytorch worker runs on cpu or gpu, not {hardware!r}")
+        if model_path.suffix == EXPORTED_PROGRAM_SUFFIX:
+            self._module = _load_exported(torch, manifest, model_path, device)
+            self._format = "torch.export"
+        else:
+            self._module = _load_torchscript(torch, manifest, model_path, device)
+            self._format = "torchscript"
+        self._device = device
+        # Both formats take positional tensors: in the manifest's input order.
         self._input_names = [spec.name for spec in manifest.inputs]
+        self._output_names = [spec.name for spec in manifest.outputs]
+        # The hot path's conversions, chosen once: on the CPU a tensor shares the array's
+        # memory both ways, with no copy and no device transfer call.
+        self._no_autograd = torch.inference_mode
+        if device == "cpu":
+            self._tensor = torch.from_numpy
+            self._array = _cpu_array
+        else:
+            self._tensor = lambda array: torch.from_numpy(array).to(device)
+            self._array = _device_array
 
     def predict(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-        import torch
-
-        with torch.inference_mode():
-            tensors = [
-                torch.from_numpy(inputs[name]).to(self._device) for name in self._input_names
-            ]
-            outputs = self._module(*tensors)
-        if isinstance(outputs, torch.Tensor):
-            outputs = (outputs,)
-        return [o.detach().cpu().numpy() for o in outputs]
+        tensor, array = self._tensor, self._array
+        with self._no_autograd():
+            outputs = self._module(*[tensor(inputs[name]) for name in self._input_names])
+        if isinstance(outputs, (list, tuple)):  # a tuple of types: cheaper than a union
+            return [array(output) for output in outputs]
+        if isinstance(outputs, dict):  # named outputs: in the manifest's order
+            return [array(outputs[name]) for name in self._output_names]
+        return [array(outputs)]
 
     def close(self) -> None:
         self._module = None
@@ -76,4 +126,17 @@ class TorchScriptPredictor:
             "framework": self.framework,
             "framework_version": framework_version(),
             "device": self._device,
+            "format": self._format,
         }
+
+
+def _cpu_array(tensor: Any) -> np.ndarray:
+    return tensor.numpy()  # type: ignore[no-any-return]
+
+
+def _device_array(tensor: Any) -> np.ndarray:
+    return tensor.cpu().numpy()  # type: ignore[no-any-return]
+
+
+def _unopened(_: Any) -> Any:
+    raise PredictorError("the pytorch predictor is not open: call open() first")

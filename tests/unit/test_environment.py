@@ -1,0 +1,214 @@
+"""What a worker says it runs on: its capabilities when it comes online, and the environment
+of every evaluation, which is read at the evaluation's start and so must stay cheap."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from importlib.metadata import version
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from services.workers import environment as env
+from services.workers.environment import Gpu, capabilities, environment, gpus
+
+ONNXRUNTIME = {"framework": "onnxruntime", "framework_version": version("onnxruntime")}
+
+
+@pytest.fixture(autouse=True)
+def fresh_readings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test starts as a new worker would: no GPU list read yet, no CPU reading kept."""
+    gpus.cache_clear()
+    monkeypatch.setattr(env, "_cpu_use", env._CpuUse())
+    yield
+    gpus.cache_clear()
+
+
+@pytest.fixture
+def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+
+
+def fake_nvml() -> SimpleNamespace:
+    """pynvml's calls as nvidia-ml-py answers them on a host with two GPUs."""
+    names = [b"NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"]  # old pynvml answers bytes
+    memory = [85_520_809_984, 42_949_672_960]
+    calls: list[str] = []
+    return SimpleNamespace(
+        calls=calls,
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlSystemGetDriverVersion=lambda: "550.54.15",
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: names[h],
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=memory[h], used=0),
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
+    )
+
+
+def nvidia_smi(folder: Path, script: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ``nvidia-smi`` on the PATH that runs ``script`` (shell)."""
+    folder.mkdir(exist_ok=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + textwrap.dedent(script))
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+
+
+def test_capabilities_describe_the_machine() -> None:
+    announced = capabilities()
+    assert announced["cpu_threads"] >= 1
+    assert announced["memory_bytes"] > 0
+    assert announced["cpu_model"]
+    assert isinstance(announced["gpus"], list)
+
+
+def test_gpus_come_from_nvml_when_it_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = fake_nvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert gpus() == (
+        Gpu(0, "NVIDIA H100 80GB HBM3", 85_520_809_984, "550.54.15", "GPU-0"),
+        Gpu(1, "NVIDIA A100-SXM4-40GB", 42_949_672_960, "550.54.15", "GPU-1"),
+    )
+    assert nvml.calls == ["init", "shutdown"]  # NVML is not left initialised
+    # Both where the scheduler routes and in every evaluation's environment.
+    h100 = {
+        "index": 0,
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_bytes": 85_520_809_984,
+        "driver_version": "550.54.15",
+        "uuid": "GPU-0",
+    }
+    assert capabilities()["gpus"][0] == h100
+    assert environment(ONNXRUNTIME, seed=0)["gpus"][0] == h100
+
+
+def test_gpus_come_from_nvidia_smi_without_nvml(
+    no_nvml: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nvidia_smi(
+        tmp_path,
+        """\
+        [ "$1" = "--query-gpu=index,name,memory.total,driver_version,uuid" ] || exit 2
+        echo "0, NVIDIA L4, 23034, 535.104.05, GPU-5f2e"
+        """,
+        monkeypatch,
+    )
+    assert gpus() == (Gpu(0, "NVIDIA L4", 23034 * 2**20, "535.104.05", "GPU-5f2e"),)
+    assert environment(ONNXRUNTIME, seed=0)["gpus"][0]["name"] == "NVIDIA L4"
+
+
+def test_no_gpu_tools_means_no_gpus_and_no_error(
+    no_nvml: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi on it
+    assert gpus() == ()
+    assert capabilities()["gpus"] == []
+    assert caplog.records == []
+
+
+def test_a_broken_driver_means_no_gpus_and_a_warning(
+    no_nvml: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    nvidia_smi(
+        tmp_path,
+        """\
+        echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+        exit 9
+        """,
+        monkeypatch,
+    )
+    with caplog.at_level(logging.WARNING):
+        assert gpus() == ()
+    assert "nvidia-smi could not list the GPUs" in caplog.text
+
+
+def test_the_environment_names_the_frameworks_own_libraries() -> None:
+    described = environment(ONNXRUNTIME, seed=7)
+    assert described["framework"] == "onnxruntime"
+    assert described["libraries"]["onnxruntime"] == version("onnxruntime")
+    assert described["libraries"]["onnx"] == version("onnx")
+    assert described["libraries"]["protobuf"] == version("protobuf")
+    assert "torch" not in described["libraries"]  # another framework's, not this one's
+    assert described["seed"] == 7
+    assert described["numpy_version"] == version("numpy")
+    for key in ("cpu_governor", "load_average", "memory_available_bytes", "platform"):
+        assert key in described
+
+
+def test_a_pytorch_environment_has_torchs_build_and_threads() -> None:
+    torch = pytest.importorskip("torch")
+    described = environment({"framework": "pytorch", "framework_version": "x"}, seed=0)
+    assert described["libraries"]["torch"] == version("torch")
+    build = described["torch_build"]
+    assert build["mkldnn"] == torch.backends.mkldnn.is_available()
+    assert build["intra_op_threads"] == torch.get_num_threads()
+    assert build["cuda"] == torch.version.cuda
+    assert build["blas"]  # "mkl" or "open" on the usual builds
+
+
+def test_reading_an_environment_imports_no_framework() -> None:
+    # An onnxruntime worker must not pay for torch (seconds, hundreds of MB) to describe itself.
+    probe = (
+        "import sys\n"
+        "from services.workers.environment import capabilities, environment\n"
+        "capabilities(); environment({'framework': 'pytorch'}, seed=0)\n"
+        "print(sorted({'torch', 'tensorflow', 'onnxruntime'} & set(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_busy_process_is_named_in_the_next_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The machine may be shared: a spinning process gets at least a fifth of a CPU.
+    monkeypatch.setattr(env, "HEAVY_CPU_PERCENT", 20.0)
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert environment(ONNXRUNTIME, seed=0)["heavy_processes"] is None  # nothing to compare
+        time.sleep(1.0)
+        described = environment(ONNXRUNTIME, seed=0)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert described["heavy_processes_window_s"] >= 1.0
+    busy = {p["pid"]: p for p in described["heavy_processes"]}
+    assert spinner.pid in busy
+    assert busy[spinner.pid]["name"].startswith("python")
+    assert 20.0 <= busy[spinner.pid]["cpu_percent"] <= 110.0
+
+
+def test_a_window_too_short_to_tell_is_reported_unknown() -> None:
+    capabilities()  # the worker's announcement opens the window
+    described = environment(ONNXRUNTIME, seed=0)  # a few milliseconds later
+    assert described["heavy_processes"] is None
+    assert described["heavy_processes_window_s"] is None
+
+
+def test_the_announcement_opens_the_first_window() -> None:
+    capabilities()
+    time.sleep(0.2)
+    described = environment(ONNXRUNTIME, seed=0)
+    assert described["heavy_processes_window_s"] >= 0.2
+    assert isinstance(described["heavy_processes"], list)
+
+
+def test_reading_the_environment_takes_under_50_ms() -> None:
+    capabilities()
+    environment(ONNXRUNTIME, seed=0)  # the first reading fills the caches
+    times = []
+    for _ in range(5):
+        time.sleep(0.1)  # every reading a real one, each with a window to measure
+        start = time.perf_counter()
+        environment(ONNXRUNTIME, seed=0)
+        times.append(time.perf_counter() - start)
+    # The best of five: the machine is shared, and one reading may wait for a CPU.
+    assert min(times) < 0.05
