@@ -9,7 +9,14 @@ import sys
 
 from bench.common import save
 
-BENCHMARKS = ("dispatch", "recorder_throughput")
+BENCHMARKS = (
+    "dispatch",
+    "recorder_throughput",
+    "harness_overhead",
+    "opencl",
+    "loadgen_parity",
+    "server_capacity",
+)
 
 
 def main(names: list[str]) -> None:

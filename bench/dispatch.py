@@ -35,7 +35,7 @@ async def _measure(deployment: Deployment, evaluations: int) -> dict[str, Any]:
     body = {
         "model": "squeezenet",
         "framework": "onnxruntime",
-        "scenario": {"iterations": 1, "warmup": 0},
+        "scenario": {"iterations": 1, "min_duration_s": 0, "warmup": 0},
     }
     async with (
         httpx.AsyncClient(base_url=deployment.gateway_url, timeout=30) as http,

@@ -26,6 +26,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from bench.common import POSTGRES_ADMIN_DSN, RABBITMQ_URL
 from dlscope.local import Deployment, eventually, throwaway_deployment
 from shared.eventstore import EventStore
+from shared.measurement import ScenarioResult, SingleStream, TimedPhase
+from shared.measurement.overhead import HarnessOverhead
+from shared.measurement.warmup import WarmupReport
 from shared.messages import (
     Envelope,
     EvaluationCompleted,
@@ -41,6 +44,33 @@ from shared.messages import (
 from shared.messaging import STREAM_HEADER
 
 __all__ = ["run", "suite"]
+
+
+def _run(latencies: list[int]) -> ScenarioResult:
+    """A single-stream run of these latencies, shaped as a worker reports it."""
+    return ScenarioResult(
+        scenario=SingleStream(),
+        sample_count=1,
+        phases=(
+            TimedPhase(
+                samples_per_query=1,
+                first_query_ns=1,
+                warmup=WarmupReport(
+                    latencies_ns=tuple(latencies[:10]),
+                    window_queries=10,
+                    window_medians_ns=(float(latencies[0]),),
+                    threshold=0.05,
+                    steady=False,
+                    decided_by="max_windows",
+                    duration_ns=sum(latencies[:10]),
+                ),
+                latencies_ns=tuple(latencies),
+                duration_ns=sum(latencies),
+                overhead=HarnessOverhead(per_query_ns=0.0, timer_floor_ns=0.0, method="none"),
+                stopped_by="minimums",
+            ),
+        ),
+    )
 
 
 def evaluation_events(rng: random.Random) -> list[Envelope]:
@@ -96,12 +126,8 @@ def evaluation_events(rng: random.Random) -> list[Envelope]:
             EvaluationMeasured(
                 evaluation_id=evaluation_id,
                 agent_id="a",
-                batch_size=1,
                 load_ns=1,
-                first_inference_ns=1,
-                warmup_latencies_ns=latencies[:10],
-                latencies_ns=latencies,
-                duration_ns=sum(latencies),
+                run=_run(latencies),
             ),
             producer="bench",
         ),

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -16,12 +17,25 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
+from dlscope.experiments_cli import (
+    experiment_request,
+    framework_selection,
+    run_experiment,
+    submit_experiment,
+)
 from dlscope.models_cli import models
+from dlscope.repeats_cli import compare_command, run_arguments, run_repeated
 from dlscope.terminal import console, fail
 from dlscope.zoo_cli import build_on_first_use, zoo
 from shared.config import Settings
 from shared.errors import DlscopeError
-from shared.messages import FRAMEWORKS, HARDWARE, EvaluationRequested, Scenario
+from shared.messages import (
+    FRAMEWORKS,
+    HARDWARE,
+    SCENARIOS,
+    EvaluationRequested,
+    Scenario,
+)
 
 __all__ = ["app", "main"]
 
@@ -34,6 +48,7 @@ db = typer.Typer(help="The event store: migrations and projections.", no_args_is
 app.add_typer(db, name="db")
 app.add_typer(models, name="models")
 app.add_typer(zoo, name="zoo")
+app.command("compare")(compare_command)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SERVICES = ("gateway", "scheduler", "registry", "worker", "analyzer", "recorder")
@@ -47,10 +62,7 @@ def _request(
     framework: str,
     framework_version: str,
     hardware: str,
-    iterations: int,
-    warmup: int,
-    batch_size: int,
-    seed: int,
+    scenario: dict[str, Any],
     requested_by: str,
     dataset: str | None = None,
     split: str | None = None,
@@ -67,9 +79,7 @@ def _request(
             framework=framework,
             framework_version=framework_version,
             hardware=hardware,
-            scenario=Scenario(
-                warmup=warmup, iterations=iterations, batch_size=batch_size, seed=seed
-            ),
+            scenario=Scenario.model_validate(scenario),
             dataset=dataset,
             split=split,
             requested_by=requested_by,
@@ -81,9 +91,11 @@ def _request(
 
 def _summary_table(evaluation: dict[str, Any]) -> Table:
     result = evaluation["result"]
+    scenario = result.get("scenario") or {}
     table = Table(
         title=f"{evaluation['model']} {evaluation['model_version']} on "
-        f"{evaluation['framework']} ({evaluation['hardware']})"
+        f"{evaluation['framework']} ({evaluation['hardware']}), "
+        f"{scenario.get('name', 'single-stream')} ({scenario.get('driver', 'native')} driver)"
     )
     table.add_column("statistic")
     table.add_column("value", justify="right")
@@ -100,32 +112,150 @@ def _summary_table(evaluation: dict[str, Any]) -> Table:
         "p99_ms",
         "max_ms",
     ):
-        table.add_row(key.removesuffix("_ms").replace("_", " ") + " (ms)", f"{result[key]:.3f}")
+        if result.get(key) is not None:
+            label = key.removesuffix("_ms").replace("_", " ") + " (ms)"
+            table.add_row(label, f"{result[key]:.3f}")
     table.add_row("throughput (samples/s)", f"{result['throughput_per_s']:.1f}")
+    for phase in result.get("statistics") or []:
+        _interval_rows(table, phase, several=len(result["statistics"]) > 1)
+    if result.get("harness_overhead_ns") is not None:
+        table.add_row("harness overhead (µs/query)", f"{result['harness_overhead_ns'] / 1e3:.2f}")
+    warmup = result.get("warmup")
+    if warmup:
+        table.add_row("warm-up ended by", str(warmup["decided_by"]))
     accuracy = result.get("accuracy")
     if accuracy:
         on = accuracy["dataset"] + (f" {accuracy['split']}" if accuracy["split"] else "")
         table.add_row(f"top-1 on {on} ({accuracy['samples']} samples)", f"{accuracy['top1']:.4f}")
         table.add_row("top-5", f"{accuracy['top5']:.4f}")
+    for phase in result.get("loadgen") or []:
+        table.add_row(f"LoadGen result (batch {phase['samples_per_query']})", phase["result"])
+        table.add_row("LoadGen logs", phase["output_dir"])
+    verdict = result.get("verdict")
+    if verdict:
+        table.add_row("verdict", verdict["status"])
+        for reason in verdict["reasons"]:
+            table.add_row(f"  {reason['severity']}: {reason['code']}", reason["message"])
     return table
+
+
+def _layers_table(layers: list[dict[str, Any]], *, shown: int = 25) -> Table:
+    """One query's layers as the device timed them, slowest first."""
+    total = sum(layer["end_ns"] - layer["start_ns"] for layer in layers)
+    table = Table(title=f"per-layer device time, one query ({len(layers)} layers)")
+    for column in ("layer", "op", "output shape", "µs", "share"):
+        table.add_column(column, justify="right" if column in ("µs", "share") else "left")
+    slowest = sorted(layers, key=lambda layer: layer["start_ns"] - layer["end_ns"])
+    for layer in slowest[:shown]:
+        took = layer["end_ns"] - layer["start_ns"]
+        fused = f" (+{len(layer['fused'])} fused)" if layer["fused"] else ""
+        table.add_row(
+            layer["node"] + fused,
+            layer["op_type"],
+            " ".join(str(shape) for shape in layer["output_shapes"]),
+            f"{took / 1e3:.1f}",
+            f"{took / total:.1%}" if total else "",
+        )
+    if len(layers) > shown:
+        table.add_row(f"… {len(layers) - shown} more (--json has them all)", "", "", "", "")
+    return table
+
+
+def _interval_rows(table: Table, phase: dict[str, Any], *, several: bool) -> None:
+    """The headline percentile and the median with their confidence intervals; a percentile
+    with too few queries behind it is shown as a bound (≥)."""
+    prefix = f"batch {phase['samples_per_query']}: " if several else ""
+    for figure in (phase["median"], phase["headline"]):
+        name = f"p{figure['percentile'] * 100:g}"
+        value = f"{figure['value_ns'] / 1e6:.3f}"
+        if figure["kind"] == "bound":
+            value = f"≥ {value} (bound: < {figure['min_queries']} queries)"
+        elif figure.get("interval"):
+            interval = figure["interval"]
+            value += f" [{interval['low'] / 1e6:.3f}, {interval['high'] / 1e6:.3f}]"
+        table.add_row(f"{prefix}{name} (ms) {_confidence(figure)}", value)
+    throughput = phase["throughput"]
+    interval = throughput["interval"]
+    table.add_row(
+        f"{prefix}samples/s {_confidence(throughput)}",
+        f"{throughput['per_s']:.1f} [{interval['low']:.1f}, "
+        + ("unbounded]" if interval["high"] is None else f"{interval['high']:.1f}]"),
+    )
+
+
+def _confidence(figure: dict[str, Any]) -> str:
+    interval = figure.get("interval")
+    return f"({interval['confidence']:.0%} CI)" if interval else ""
 
 
 # Options shared by the commands that request an evaluation.
 Version = Annotated[str, typer.Option("--version", help="model version constraint, e.g. '>=1,<2'")]
 FrameworkOpt = Annotated[
-    str, typer.Option("--framework", "-f", help=f"one of {', '.join(FRAMEWORKS)}")
+    str,
+    typer.Option(
+        "--framework",
+        "-f",
+        help=f"one of {', '.join(FRAMEWORKS)}; several separated by commas, or 'all', "
+        "compare the model on each (an experiment)",
+    ),
 ]
 FrameworkVersion = Annotated[str, typer.Option(help="framework version constraint")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", help=f"one of {', '.join(HARDWARE)}")]
-Iterations = Annotated[int, typer.Option("--iterations", "-n", help="timed queries")]
-Warmup = Annotated[int, typer.Option(help="untimed queries before timing")]
-BatchSize = Annotated[int, typer.Option("--batch-size", "-b")]
-Seed = Annotated[int, typer.Option(help="seed of the generated inputs")]
+ScenarioOpt = Annotated[
+    str, typer.Option("--scenario", help=f"one of {', '.join(SCENARIOS)} (MLPerf semantics)")
+]
+DriverOpt = Annotated[
+    str,
+    typer.Option(
+        "--driver", help="native, or loadgen: MLCommons LoadGen, which writes its mlperf logs"
+    ),
+]
+Iterations = Annotated[
+    int | None,
+    typer.Option("--iterations", "-n", help="at least this many timed queries (offline: samples)"),
+]
+Warmup = Annotated[
+    int | None,
+    typer.Option(help="queries per warm-up window (warm-up runs until steady); 0: none"),
+]
+BatchSize = Annotated[
+    int, typer.Option("--batch-size", "-b", help="samples per query (offline: per batch)")
+]
+SamplesPerQuery = Annotated[int | None, typer.Option(help="multi-stream: samples per query")]
+Qps = Annotated[float | None, typer.Option("--qps", help="server: target queries per second")]
+LatencyBound = Annotated[
+    float | None, typer.Option("--latency-bound", help="server: p99 latency bound (ms)")
+]
+BatchSizes = Annotated[
+    str | None, typer.Option("--batch-sizes", help="batch-sweep: sizes, e.g. 1,2,4,8")
+]
+MinDuration = Annotated[
+    float | None, typer.Option("--min-duration", help="the timed phase lasts at least (s)")
+]
+MaxDuration = Annotated[
+    float | None, typer.Option("--max-duration", help="the timed phase stops here (s)")
+]
+Seed = Annotated[int, typer.Option(help="seed of the inputs, the sample order, the arrivals")]
+Adaptive = Annotated[
+    float | None,
+    typer.Option(
+        "--adaptive",
+        help="keep measuring until the headline's 95%% interval is within this fraction "
+        "(e.g. 0.01), or --max-duration",
+    ),
+]
 DatasetOpt = Annotated[
     str | None,
     typer.Option("--dataset", help="a labelled dataset, e.g. digits: measures top-1/top-5"),
 ]
 SplitOpt = Annotated[str | None, typer.Option("--split", help="one split, e.g. test")]
+Atol = Annotated[
+    float,
+    typer.Option(help="experiments: allowed |difference| of outputs, per unit of output scale"),
+]
+Top1Agreement = Annotated[
+    float, typer.Option(help="experiments: fraction of samples whose top-1 must agree")
+]
 
 
 @app.command()
@@ -135,20 +265,41 @@ def run(
     framework: FrameworkOpt = "onnxruntime",
     framework_version: FrameworkVersion = "*",
     hardware: HardwareOpt = "cpu",
-    iterations: Iterations = 200,
-    warmup: Warmup = 10,
+    scenario: ScenarioOpt = "single-stream",
+    driver: DriverOpt = "native",
+    iterations: Iterations = None,
+    warmup: Warmup = None,
     batch_size: BatchSize = 1,
+    samples_per_query: SamplesPerQuery = None,
+    qps: Qps = None,
+    latency_bound: LatencyBound = None,
+    batch_sizes: BatchSizes = None,
+    min_duration: MinDuration = None,
+    max_duration: MaxDuration = None,
+    adaptive: Adaptive = None,
     seed: Seed = 0,
     dataset: DatasetOpt = None,
     split: SplitOpt = None,
+    atol: Atol = 1e-4,
+    top1_agreement: Top1Agreement = 1.0,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write the full result here")
     ] = None,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            min=1, help="run it this many times, each in a fresh process, and report the spread"
+        ),
+    ] = 1,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="show the services' logs")
     ] = False,
 ) -> None:
-    """Evaluate a model with every service in this process (in-memory broker, SQLite)."""
+    """Evaluate a model with every service in this process (in-memory broker, SQLite).
+
+    With --framework all (or a list), evaluate it on every framework installed here that
+    has an export of it, in parallel, and compare them.
+    """
     import uvloop
 
     # The outcome is reported below; the services' own warnings are for --verbose.
@@ -156,16 +307,53 @@ def run(
 
     from dlscope.embedded import embedded_settings, evaluate
 
+    wire_scenario = _scenario(
+        scenario,
+        driver=driver,
+        iterations=iterations,
+        warmup=warmup,
+        batch_size=batch_size,
+        samples_per_query=samples_per_query,
+        qps=qps,
+        latency_bound=latency_bound,
+        batch_sizes=batch_sizes,
+        min_duration=min_duration,
+        max_duration=max_duration,
+        adaptive=adaptive,
+        seed=seed,
+    )
+    if repeat > 1:
+        if framework_selection(framework) is not None:
+            raise fail("--repeat runs one framework; an experiment compares several once", 2)
+        if driver == "loadgen":
+            raise fail("--repeat compares raw latencies, which the loadgen driver keeps not", 2)
+        run_repeated(run_arguments(sys.argv), repeat)
+        return
+    selection = framework_selection(framework)
+    if selection is not None:
+        experiment_request_ = experiment_request(
+            model,
+            version=version,
+            frameworks=selection,
+            framework_version=framework_version,
+            hardware=hardware,
+            scenario=wire_scenario,
+            dataset=dataset,
+            split=split,
+            atol=atol,
+            top1_agreement=top1_agreement,
+            requested_by="dlscope run",
+        )
+        run_experiment(experiment_request_, json_path)
+        return
+
     request = _request(
         model,
         version=version,
         framework=framework,
         framework_version=framework_version,
         hardware=hardware,
-        iterations=iterations,
-        warmup=warmup,
-        batch_size=batch_size,
-        seed=seed,
+        scenario=wire_scenario,
         requested_by="dlscope run",
         dataset=dataset,
         split=split,
@@ -185,12 +373,61 @@ def run(
     if evaluation["status"] != "completed":
         raise fail(f"evaluation {evaluation['evaluation_id']} failed: {evaluation['error']}", 1)
     console.print(_summary_table(evaluation))
+    if evaluation["result"].get("layers"):
+        console.print(_layers_table(evaluation["result"]["layers"]))
     console.print(
         f"evaluation {evaluation['evaluation_id']}, trace {outcome.trace_id}; "
         f"events stored in {settings.resolved_database_url}"
     )
     if json_path is not None:
         console.print(f"full result written to {json_path}")
+
+
+def _scenario(
+    name: str,
+    *,
+    driver: str,
+    iterations: int | None,
+    warmup: int | None,
+    batch_size: int,
+    samples_per_query: int | None,
+    qps: float | None,
+    latency_bound: float | None,
+    batch_sizes: str | None,
+    min_duration: float | None,
+    max_duration: float | None,
+    adaptive: float | None,
+    seed: int,
+) -> dict[str, Any]:
+    """The scenario's wire fields from the CLI's options, checked now: a bad one is refused
+    before anything starts. Options left out keep the scenario's defaults."""
+    given: dict[str, Any] = {
+        "name": name,
+        "driver": driver,
+        "iterations": iterations,
+        "warmup": warmup,
+        "batch_size": batch_size,
+        "samples_per_query": samples_per_query,
+        "target_qps": qps,
+        "latency_bound_ms": latency_bound,
+        "min_duration_s": min_duration,
+        "max_duration_s": max_duration,
+        "adaptive_half_width": adaptive,
+        "seed": seed,
+    }
+    if batch_sizes is not None:
+        try:
+            given["batch_sizes"] = [int(size) for size in batch_sizes.split(",")]
+        except ValueError as exc:
+            raise fail(
+                f"--batch-sizes takes integers separated by commas, not {batch_sizes!r}", 2
+            ) from exc
+    fields = {key: value for key, value in given.items() if value is not None}
+    try:
+        return Scenario.model_validate(fields).model_dump(mode="json", exclude_unset=True)
+    except ValidationError as exc:
+        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise fail(f"--scenario {name}: {problems}", 2) from exc
 
 
 @app.command()
@@ -261,28 +498,65 @@ def submit(
     framework: FrameworkOpt = "onnxruntime",
     framework_version: FrameworkVersion = "*",
     hardware: HardwareOpt = "cpu",
-    iterations: Iterations = 200,
-    warmup: Warmup = 10,
+    scenario: ScenarioOpt = "single-stream",
+    driver: DriverOpt = "native",
+    iterations: Iterations = None,
+    warmup: Warmup = None,
     batch_size: BatchSize = 1,
+    samples_per_query: SamplesPerQuery = None,
+    qps: Qps = None,
+    latency_bound: LatencyBound = None,
+    batch_sizes: BatchSizes = None,
+    min_duration: MinDuration = None,
+    max_duration: MaxDuration = None,
+    adaptive: Adaptive = None,
     seed: Seed = 0,
     dataset: DatasetOpt = None,
     split: SplitOpt = None,
+    atol: Atol = 1e-4,
+    top1_agreement: Top1Agreement = 1.0,
     wait: Annotated[bool, typer.Option(help="wait for the outcome and print it")] = True,
     token: Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")] = None,
 ) -> None:
-    """Submit an evaluation to a running gateway over HTTP."""
+    """Submit an evaluation to a running gateway over HTTP; with --framework all (or a
+    list), an experiment on every matching worker, and print the comparison."""
+    wire_scenario = _scenario(
+        scenario,
+        driver=driver,
+        iterations=iterations,
+        warmup=warmup,
+        batch_size=batch_size,
+        samples_per_query=samples_per_query,
+        qps=qps,
+        latency_bound=latency_bound,
+        batch_sizes=batch_sizes,
+        min_duration=min_duration,
+        max_duration=max_duration,
+        adaptive=adaptive,
+        seed=seed,
+    )
+    selection = framework_selection(framework)
+    if selection is not None:
+        experiment_body = {
+            "model": model,
+            "version": version,
+            "frameworks": selection,
+            "framework_version": framework_version,
+            "hardware": hardware,
+            "scenario": wire_scenario,
+            "dataset": dataset,
+            "split": split,
+            "tolerance": {"atol": atol, "min_top1_agreement": top1_agreement},
+        }
+        submit_experiment(gateway, token, experiment_body, wait)
+        return
     body = {
         "model": model,
         "version": version,
         "framework": framework,
         "framework_version": framework_version,
         "hardware": hardware,
-        "scenario": {
-            "iterations": iterations,
-            "warmup": warmup,
-            "batch_size": batch_size,
-            "seed": seed,
-        },
+        "scenario": wire_scenario,
         "dataset": dataset,
         "split": split,
     }
@@ -319,15 +593,31 @@ def publish(
     framework: FrameworkOpt = "onnxruntime",
     framework_version: FrameworkVersion = "*",
     hardware: HardwareOpt = "cpu",
-    iterations: Iterations = 200,
-    warmup: Warmup = 10,
+    scenario: ScenarioOpt = "single-stream",
+    driver: DriverOpt = "native",
+    iterations: Iterations = None,
+    warmup: Warmup = None,
     batch_size: BatchSize = 1,
+    samples_per_query: SamplesPerQuery = None,
+    qps: Qps = None,
+    latency_bound: LatencyBound = None,
+    batch_sizes: BatchSizes = None,
+    min_duration: MinDuration = None,
+    max_duration: MaxDuration = None,
+    adaptive: Adaptive = None,
     seed: Seed = 0,
     dataset: DatasetOpt = None,
     split: SplitOpt = None,
 ) -> None:
     """Publish an evaluation.requested message straight to the broker (DLSCOPE_BROKER_URL)."""
     import uvloop
+
+    if framework_selection(framework) is not None:
+        raise fail(
+            "publish sends one evaluation; to compare frameworks use "
+            "`dlscope submit --framework all` (or publish experiment.requested, see README.md)",
+            2,
+        )
 
     from shared.messages import Envelope, evaluation_stream
     from shared.runtime import Runtime
@@ -338,10 +628,21 @@ def publish(
         framework=framework,
         framework_version=framework_version,
         hardware=hardware,
-        iterations=iterations,
-        warmup=warmup,
-        batch_size=batch_size,
-        seed=seed,
+        scenario=_scenario(
+            scenario,
+            driver=driver,
+            iterations=iterations,
+            warmup=warmup,
+            batch_size=batch_size,
+            samples_per_query=samples_per_query,
+            qps=qps,
+            latency_bound=latency_bound,
+            batch_sizes=batch_sizes,
+            min_duration=min_duration,
+            max_duration=max_duration,
+            adaptive=adaptive,
+            seed=seed,
+        ),
         requested_by="dlscope publish",
         dataset=dataset,
         split=split,

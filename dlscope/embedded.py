@@ -1,4 +1,5 @@
-"""Every dlscope service in one process: ``dlscope run`` and ``dlscope up``.
+"""Every dlscope service in one process: ``dlscope run`` (one evaluation, or an experiment on
+every framework installed here) and ``dlscope up``.
 
 The composition root of the embedded mode: the in-process broker and the SQLite event store,
 with the very services the distributed deployment runs as separate processes.
@@ -21,18 +22,29 @@ from services.recorder import RecorderService
 from services.registry import RegistryService
 from services.scheduler import SchedulerService
 from services.workers import WorkerService
+from services.workers.predictors import predictor_factory
 from shared.config import Settings
+from shared.errors import ConfigurationError, DlscopeError, ModelNotFound
 from shared.eventstore import EventStore
-from shared.eventstore.views import ArtifactView, EvaluationView, StoredEvent
+from shared.eventstore.views import ArtifactView, EvaluationView, ExperimentView, StoredEvent
+from shared.manifests import ModelManifest
 from shared.messages import (
     Envelope,
     EvaluationCompleted,
     EvaluationFailed,
     EvaluationRequested,
+    ExperimentCompared,
+    ExperimentFailed,
+    ExperimentRequested,
     Framework,
     Hardware,
+    ModelRef,
     Payload,
+    ResolveArtifact,
+    ResolvedArtifact,
     evaluation_stream,
+    experiment_models,
+    experiment_stream,
     rpc_key,
 )
 from shared.messaging import Binding, Bus, MemoryBroker
@@ -40,10 +52,12 @@ from shared.runtime import Runtime, Service, running
 from shared.telemetry import trace_id_hex
 
 __all__ = [
+    "EmbeddedExperiment",
     "EmbeddedResult",
     "ask_registry",
     "embedded_settings",
     "evaluate",
+    "experiment",
     "list_models",
     "serve_all",
 ]
@@ -134,6 +148,145 @@ async def evaluate(settings: Settings, request: EvaluationRequested) -> Embedded
         return EmbeddedResult(evaluation=evaluation, events=events, trace_id=trace_id)
     finally:
         await runtime.close()
+
+
+@dataclass(frozen=True)
+class EmbeddedExperiment:
+    experiment: ExperimentView
+    evaluations: list[EvaluationView]
+    # Frameworks with an export of the model that cannot run here, and why.
+    not_installed: dict[str, str]
+    trace_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "experiment": TypeAdapter(ExperimentView).dump_python(self.experiment, mode="json"),
+            "evaluations": TypeAdapter(list[EvaluationView]).dump_python(
+                self.evaluations, mode="json"
+            ),
+            "not_installed": self.not_installed,
+            "trace_id": self.trace_id,
+        }
+
+
+def installed(framework: str) -> str | None:
+    """None when ``framework``'s predictor imports here (the framework with it), else why."""
+    try:
+        predictor_factory(framework).version()
+    except (DlscopeError, ImportError) as exc:
+        return str(exc)
+    return None
+
+
+async def experiment(settings: Settings, request: ExperimentRequested) -> EmbeddedExperiment:
+    """Run an experiment of ``request``'s first model, with its exports for the other
+    frameworks, on every one of them installed here (a worker each), in this process."""
+    runtime = Runtime.create(settings, "dlscope")
+    broker = runtime.broker
+    assert isinstance(broker, MemoryBroker), "the embedded mode runs on memory://"
+    try:
+        async with running(all_services(runtime, [])):
+            client = runtime.bus("cli")
+            await client.start()
+            models = await _exports(settings, broker, client, request)
+            # Every framework that runs one of the exports (ONNX also runs on opencl and
+            # tensorrt), within the request's selection: a worker for each installed here.
+            wanted = request.frameworks
+            frameworks = dict.fromkeys(
+                f for m in models for f in m.frameworks if wanted == "all" or f in wanted
+            )
+            broken = {f: installed(f) for f in frameworks}
+            not_installed: dict[str, str] = {f: why for f, why in broken.items() if why}
+            serving = [f for f in frameworks if f not in not_installed]
+            runnable = [m for m in models if any(f in serving for f in m.frameworks)]
+            if not runnable:
+                found = "; ".join(f"{f}: {why}" for f, why in not_installed.items())
+                raise ConfigurationError(
+                    f"no framework with an export of {models[0].ref} is installed here: {found}"
+                )
+            request = request.model_copy(
+                update={
+                    "models": [ModelRef(model=m.name, version=f"=={m.version}") for m in runnable]
+                }
+            )
+            workers = [
+                WorkerService(runtime, framework=f, hardware=request.hardware) for f in serving
+            ]
+            async with running(workers):
+                trace_id = await _until_compared(broker, runtime, client, request)
+            await broker.drained()  # the recorder has stored every event
+            await client.stop()
+        async with EventStore.from_url(settings.resolved_database_url) as store:
+            view = await store.get_experiment(request.experiment_id)
+            assert view is not None, "the recorder stored the experiment"
+            members = [uuid.UUID(m["evaluation_id"]) for m in view.members or []]
+            by_id = {e.evaluation_id: e for e in await store.get_evaluations(members)}
+        return EmbeddedExperiment(
+            experiment=view,
+            evaluations=[by_id[i] for i in members if i in by_id],
+            not_installed=not_installed,
+            trace_id=trace_id,
+        )
+    finally:
+        await runtime.close()
+
+
+async def _exports(
+    settings: Settings, broker: MemoryBroker, client: Bus, request: ExperimentRequested
+) -> list[ModelManifest]:
+    """The request's first model and its exports for the frameworks it asks for."""
+    named = request.models[0]
+    reply = await client.request(
+        rpc_key("registry", "resolve"),
+        Envelope.wrap(
+            ResolveArtifact(kind="model", name=named.model, version=named.version),
+            stream_id="registry",
+            correlation_id=request.experiment_id,
+        ),
+        timeout=settings.rpc_timeout_s,
+    )
+    found = reply.open(ResolvedArtifact)
+    if not isinstance(found.manifest, ModelManifest):
+        raise ModelNotFound(found.error or f"no model {named.model!r} in the registry")
+    await broker.drained()  # the registry's registrations are stored
+    async with EventStore.from_url(settings.resolved_database_url) as store:
+        views = await store.list_artifacts(kind="model")
+    registered = [m for view in views if (m := view.model_manifest()) is not None]
+    return experiment_models(found.manifest, registered, request.frameworks)
+
+
+async def _until_compared(
+    broker: MemoryBroker, runtime: Runtime, client: Bus, request: ExperimentRequested
+) -> str:
+    """Publish ``request`` once every worker has announced itself; wait for its outcome."""
+    finished: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
+
+    async def on_outcome(envelope: Envelope) -> None:
+        if envelope.correlation_id == request.experiment_id and not finished.done():
+            finished.set_result(envelope)
+
+    await client.subscribe(
+        runtime.topology.queue("cli", uuid.uuid4().hex),
+        [
+            Binding(runtime.topology.events, ExperimentCompared.TYPE),
+            Binding(runtime.topology.events, ExperimentFailed.TYPE),
+        ],
+        on_outcome,
+        durable=False,
+    )
+    await broker.drained()  # the scheduler knows every worker
+    with runtime.telemetry.tracer.start_as_current_span("dlscope run") as span:
+        await client.publish(
+            Envelope.wrap(
+                request,
+                stream_id=experiment_stream(request.experiment_id),
+                correlation_id=request.experiment_id,
+                producer="cli",
+            )
+        )
+        trace_id = trace_id_hex(span.get_span_context())
+    await finished
+    return trace_id
 
 
 async def serve_all(settings: Settings, *, host: str, port: int, stop: asyncio.Event) -> None:

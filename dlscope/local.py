@@ -22,7 +22,7 @@ import asyncpg
 import httpx
 
 from shared.config import REPOSITORY_ROOT
-from shared.messages import Topology
+from shared.messages import FRAMEWORKS, Topology
 
 __all__ = [
     "SERVICES",
@@ -79,6 +79,8 @@ class Deployment:
     port: int = field(default_factory=free_port)
     # Recorder processes, one per partition (DLSCOPE_RECORDER_PARTITIONS); one is the default.
     recorders: int = 1
+    # One worker process per framework, on the CPU.
+    frameworks: tuple[str, ...] = ("onnxruntime",)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -112,15 +114,19 @@ class Deployment:
 
     def start(self, service: str) -> None:
         """Start ``service``; ``recorder`` starts every recorder, named ``recorder`` when there
-        is one and ``recorder-<i>`` for partition i when there are more."""
+        is one and ``recorder-<i>`` for partition i when there are more; ``workers`` starts a
+        worker per framework, named ``workers`` when there is one, ``workers-<framework>``
+        when there are more."""
         if service == "recorder" and self.recorders > 1:
             for partition in range(self.recorders):
                 self._spawn(f"recorder-{partition}", "recorder", ["--partition", str(partition)])
             return
-        arguments = {
-            "gateway": ["--port", str(self.port)],
-            "workers": ["--framework", "onnxruntime"],
-        }
+        if service == "workers":
+            for framework in self.frameworks:
+                name = "workers" if len(self.frameworks) == 1 else f"workers-{framework}"
+                self._spawn(name, "workers", ["--framework", framework])
+            return
+        arguments = {"gateway": ["--port", str(self.port)]}
         self._spawn(service, service, arguments.get(service, []))
 
     def _spawn(self, name: str, service: str, arguments: list[str]) -> None:
@@ -155,6 +161,8 @@ class Deployment:
         return (self.workdir / f"{service}.log").read_text(errors="replace")
 
     async def ready(self, http: httpx.AsyncClient) -> None:
+        """Wait until the gateway answers and a worker of every framework is online."""
+
         async def up() -> bool:
             for name, process in self.processes.items():
                 if process.poll() is not None:
@@ -164,14 +172,20 @@ class Deployment:
                 agents = (await http.get("/v1/agents")).json() if ready else []
             except httpx.TransportError:
                 return False
-            return any(a["status"] == "online" for a in agents)
+            online = {a["framework"] for a in agents if a["status"] == "online"}
+            return online >= set(self.frameworks)
 
         await eventually(up)
 
 
 @contextlib.asynccontextmanager
 async def throwaway_deployment(
-    broker_url: str, admin_dsn: str, *, prefix: str = "local", recorders: int = 1
+    broker_url: str,
+    admin_dsn: str,
+    *,
+    prefix: str = "local",
+    recorders: int = 1,
+    frameworks: tuple[str, ...] = ("onnxruntime",),
 ) -> AsyncIterator[Deployment]:
     """A migrated deployment with its own database and namespace, removed afterwards; no
     service is started yet."""
@@ -183,6 +197,7 @@ async def throwaway_deployment(
             namespace=f"{prefix}{uuid.uuid4().hex[:8]}",
             workdir=Path(workdir),
             recorders=recorders,
+            frameworks=frameworks,
         )
         try:
             deployment.migrate()
@@ -194,7 +209,14 @@ async def throwaway_deployment(
 
 
 # The durable queues dlscope's services declare (the others delete themselves).
-_DURABLE_QUEUES = ("registry", "analyzer", "scheduler.requests", "worker.onnxruntime.cpu")
+_DURABLE_QUEUES = (
+    "registry",
+    "analyzer",
+    "analyzer.experiments",
+    "scheduler.requests",
+    "scheduler.experiments",
+    *(f"worker.{framework}.cpu" for framework in FRAMEWORKS),
+)
 
 
 async def purge_namespace(url: str, namespace: str, *, recorder_partitions: int = 1) -> None:

@@ -12,6 +12,7 @@ from opentelemetry import trace
 
 from services.gateway.auth import require_token
 from services.gateway.context import GatewayContext, ask_registry
+from services.gateway.experiments_api import router as experiments_router
 from services.gateway.models_api import router as models_router
 from services.gateway.schemas import (
     AgentOut,
@@ -167,6 +168,7 @@ def create_app(context: GatewayContext) -> FastAPI:
         ]
 
     app.include_router(models_router)
+    app.include_router(experiments_router)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

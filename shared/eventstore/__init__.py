@@ -3,7 +3,8 @@
 Run ``await upgrade(url)`` once (it creates or migrates the tables), then open an
 ``EventStore.from_url(url)``: ``append`` records envelopes idempotently, and the read methods
 answer from the log (``stream_events``, ``read_all``) or its projections (``get_evaluation``,
-``list_evaluations``, ``list_agents``, ``list_artifacts``).
+``list_evaluations``, ``list_agents``, ``list_artifacts``, ``get_experiment``,
+``list_experiments``).
 """
 
 from shared.eventstore.migrate import current_revision, head_revision, upgrade
@@ -11,23 +12,29 @@ from shared.eventstore.store import EventStore
 from shared.eventstore.views import (
     AGENT_STATUSES,
     EVALUATION_STATUSES,
+    EXPERIMENT_STATUSES,
     AgentStatus,
     AgentView,
     ArtifactView,
     EvaluationStatus,
     EvaluationView,
+    ExperimentStatus,
+    ExperimentView,
     StoredEvent,
 )
 
 __all__ = [
     "AGENT_STATUSES",
     "EVALUATION_STATUSES",
+    "EXPERIMENT_STATUSES",
     "AgentStatus",
     "AgentView",
     "ArtifactView",
     "EvaluationStatus",
     "EvaluationView",
     "EventStore",
+    "ExperimentStatus",
+    "ExperimentView",
     "StoredEvent",
     "current_revision",
     "head_revision",

@@ -1,4 +1,5 @@
-"""How each event changes the read models (``evaluations``, ``agents`` and ``artifacts``).
+"""How each event changes the read models (``evaluations``, ``agents`` and ``artifacts``;
+``experiments`` in ``shared.eventstore.experiments``).
 
 ``evolve_evaluation``, ``evolve_agent`` and ``evolve_artifact`` are pure: the row so far
 plus one event gives the next row. Every value they write comes from the event (its payload,
@@ -29,12 +30,15 @@ from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.eventstore import schema
+from shared.eventstore.experiments import evolve_experiment, experiment_key
+from shared.eventstore.payloads import Payload, number, text, uuid_of
 from shared.eventstore.sql import one_of, upsert
 from shared.eventstore.views import (
     AgentView,
     ArtifactView,
     EvaluationStatus,
     EvaluationView,
+    ExperimentView,
     StoredEvent,
 )
 
@@ -48,7 +52,6 @@ __all__ = [
     "project",
 ]
 
-Payload = Mapping[str, Any]
 # The fields an event changes in a row (a keyword argument set for dataclasses.replace).
 Changes = dict[str, Any]
 
@@ -69,7 +72,7 @@ def evaluation_key(event: StoredEvent) -> uuid.UUID | None:
     """The evaluation an event is about, or None if it changes no evaluation."""
     if event.type not in _EVALUATION_HANDLERS:
         return None
-    return _uuid(event.payload.get("evaluation_id"))
+    return uuid_of(event.payload.get("evaluation_id"))
 
 
 def evolve_evaluation(current: EvaluationView | None, event: StoredEvent) -> EvaluationView:
@@ -113,38 +116,38 @@ def _requested(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
         request=dict(p),
         requested_at=event.occurred_at,
         trace_id=event.trace_id,
-        model=row.model or _text(p, "model"),
-        model_version=row.model_version or _text(p, "model_version"),
-        framework=row.framework or _text(p, "framework"),
-        hardware=row.hardware or _text(p, "hardware"),
-        agent_id=row.agent_id or _text(p, "agent_id"),
+        model=row.model or text(p, "model"),
+        model_version=row.model_version or text(p, "model_version"),
+        framework=row.framework or text(p, "framework"),
+        hardware=row.hardware or text(p, "hardware"),
+        agent_id=row.agent_id or text(p, "agent_id"),
         status=_advance(row, "requested"),
     )
 
 
 def _scheduled(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
     return dict(
-        model=_text(p, "model") or row.model,
-        model_version=_text(p, "model_version") or row.model_version,
-        framework=_text(p, "framework") or row.framework,
-        hardware=_text(p, "hardware") or row.hardware,
+        model=text(p, "model") or row.model,
+        model_version=text(p, "model_version") or row.model_version,
+        framework=text(p, "framework") or row.framework,
+        hardware=text(p, "hardware") or row.hardware,
         # The pinned agent, if any; the agent that actually started the job (if its event
         # came first) is the better answer and is kept.
-        agent_id=row.agent_id or _text(p, "agent_id"),
+        agent_id=row.agent_id or text(p, "agent_id"),
         status=_advance(row, "scheduled"),
     )
 
 
 def _started(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
     return dict(
-        agent_id=_text(p, "agent_id") or row.agent_id,
+        agent_id=text(p, "agent_id") or row.agent_id,
         status=_advance(row, "running"),
     )
 
 
 def _measured(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
     return dict(
-        agent_id=row.agent_id or _text(p, "agent_id"),
+        agent_id=row.agent_id or text(p, "agent_id"),
         status=_advance(row, "running"),
     )
 
@@ -158,8 +161,8 @@ def _completed(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
 
 
 def _failed(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
-    stage = _text(p, "stage") or "unknown"
-    reason = _text(p, "reason") or ""
+    stage = text(p, "stage") or "unknown"
+    reason = text(p, "reason") or ""
     # The first failure is the cause; later ones (e.g. a timeout after a crash) are echoes.
     return dict(
         error=row.error or f"{stage}: {reason}",
@@ -185,7 +188,7 @@ def agent_key(event: StoredEvent) -> str | None:
     """The agent an event is about, or None if it changes no agent."""
     if event.type not in _AGENT_HANDLERS:
         return None
-    return _text(event.payload, "agent_id")
+    return text(event.payload, "agent_id")
 
 
 def evolve_agent(current: AgentView | None, event: StoredEvent) -> AgentView:
@@ -225,12 +228,12 @@ def _seen(row: AgentView, event: StoredEvent) -> datetime:
 def _online(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Changes:
     capabilities = p.get("capabilities")
     announced = {
-        "host": _text(p, "host"),
-        "framework": _text(p, "framework"),
-        "framework_version": _text(p, "framework_version"),
-        "hardware": _text(p, "hardware"),
+        "host": text(p, "host"),
+        "framework": text(p, "framework"),
+        "framework_version": text(p, "framework_version"),
+        "hardware": text(p, "hardware"),
         "capabilities": dict(capabilities) if isinstance(capabilities, Mapping) else None,
-        "heartbeat_interval_s": _number(p, "heartbeat_interval_s"),
+        "heartbeat_interval_s": number(p, "heartbeat_interval_s"),
     }
     if late:
         # Keep what newer events said; take from the announcement only what is unknown.
@@ -243,10 +246,17 @@ def _online(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Chang
 
 
 def _heartbeat(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Changes:
+    # Heartbeats repeat who the agent is: that fills what a missed announcement left unknown.
+    identity = {
+        name: value
+        for name in ("host", "framework", "framework_version", "hardware")
+        if getattr(row, name) is None and (value := text(p, name)) is not None
+    }
     if late:
-        return {"last_seen": _seen(row, event)}
+        return {**identity, "last_seen": _seen(row, event)}
     busy = p.get("busy")
     return {
+        **identity,
         "status": "online",
         "busy": busy if isinstance(busy, bool) else row.busy,
         "last_seen": _seen(row, event),
@@ -276,7 +286,7 @@ def artifact_key(event: StoredEvent) -> str | None:
     """``<kind>:<name>@<version>`` of the artifact an event is about, or None."""
     if event.type not in _ARTIFACT_EVENTS:
         return None
-    kind, name, version = (_text(event.payload, k) for k in ("kind", "name", "version"))
+    kind, name, version = (text(event.payload, k) for k in ("kind", "name", "version"))
     if kind is None or name is None or version is None:
         return None
     return f"{kind}:{name}@{version}"
@@ -297,13 +307,13 @@ def evolve_artifact(current: ArtifactView | None, event: StoredEvent) -> Artifac
         framework = body.get("framework")
         return ArtifactView(
             ref=key,
-            kind=_text(p, "kind") or "",
-            name=_text(p, "name") or "",
-            version=_text(p, "version") or "",
-            digest=_text(p, "digest") or "",
+            kind=text(p, "kind") or "",
+            name=text(p, "name") or "",
+            version=text(p, "version") or "",
+            digest=text(p, "digest") or "",
             manifest=body,
-            framework=_text(framework, "name") if isinstance(framework, Mapping) else None,
-            task=_text(body, "task"),
+            framework=text(framework, "name") if isinstance(framework, Mapping) else None,
+            task=text(body, "task"),
             # A deprecation that overtook its registration still holds.
             deprecated=current.deprecated if current else False,
             deprecation_reason=current.deprecation_reason if current else None,
@@ -313,9 +323,9 @@ def evolve_artifact(current: ArtifactView | None, event: StoredEvent) -> Artifac
         )
     row = current or ArtifactView(
         ref=key,
-        kind=_text(p, "kind") or "",
-        name=_text(p, "name") or "",
-        version=_text(p, "version") or "",
+        kind=text(p, "kind") or "",
+        name=text(p, "name") or "",
+        version=text(p, "version") or "",
         digest="",
         manifest={},
         framework=None,
@@ -329,7 +339,7 @@ def evolve_artifact(current: ArtifactView | None, event: StoredEvent) -> Artifac
     return replace(
         row,
         deprecated=True,
-        deprecation_reason=row.deprecation_reason or _text(p, "reason"),
+        deprecation_reason=row.deprecation_reason or text(p, "reason"),
         updated_at=max(row.updated_at, event.occurred_at),
         last_position=event.position,
     )
@@ -348,10 +358,13 @@ async def project(connection: AsyncConnection, stored: Sequence[StoredEvent]) ->
     await _project_table(
         connection, schema.artifacts, ArtifactView, ordered, artifact_key, evolve_artifact
     )
+    await _project_table(
+        connection, schema.experiments, ExperimentView, ordered, experiment_key, evolve_experiment
+    )
 
 
 K = TypeVar("K")
-V = TypeVar("V", EvaluationView, AgentView, ArtifactView)
+V = TypeVar("V", EvaluationView, AgentView, ArtifactView, ExperimentView)
 
 
 async def _project_table(
@@ -379,29 +392,5 @@ async def _project_table(
     await connection.execute(upsert(dialect, table), [_as_row(row) for row in changed.values()])
 
 
-def _as_row(view: EvaluationView | AgentView | ArtifactView) -> dict[str, Any]:
+def _as_row(view: EvaluationView | AgentView | ArtifactView | ExperimentView) -> dict[str, Any]:
     return {f.name: getattr(view, f.name) for f in fields(view)}
-
-
-# --- reading payloads leniently --------------------------------------------------------------
-
-
-def _text(payload: Payload, name: str) -> str | None:
-    value = payload.get(name)
-    return value if isinstance(value, str) and value else None
-
-
-def _number(payload: Payload, name: str) -> float | None:
-    value = payload.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _uuid(value: object) -> uuid.UUID | None:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value)) if value is not None else None
-    except ValueError:
-        return None

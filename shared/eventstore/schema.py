@@ -1,7 +1,7 @@
 """The event store's tables, in SQLAlchemy Core, for both PostgreSQL and SQLite.
 
-``events`` is the log and the only source of truth. ``evaluations``, ``agents`` and
-``artifacts`` are projections: read models derived from the log, which
+``events`` is the log and the only source of truth. ``evaluations``, ``agents``,
+``artifacts`` and ``experiments`` are projections: read models derived from the log, which
 ``EventStore.rebuild_projections`` can throw away and derive again. The Alembic revisions in
 ``migrations/versions`` create exactly these tables; keep the two in step."""
 
@@ -37,6 +37,7 @@ __all__ = [
     "as_utc",
     "evaluations",
     "events",
+    "experiments",
     "metadata",
 ]
 
@@ -165,4 +166,24 @@ artifacts = Table(
     Column("updated_at", UtcDateTime, nullable=False),
     Column("last_position", BigInteger, nullable=False),
     Index(None, "kind", "name"),
+)
+
+experiments = Table(
+    "experiments",
+    metadata,
+    Column("experiment_id", Uuid, primary_key=True),
+    Column("status", Text, nullable=False),
+    Column("model", Text),
+    Column("trace_id", Text, nullable=False),
+    Column("request", _json()),
+    # The plan: member evaluations, and what could not be scheduled.
+    Column("members", _json()),
+    Column("skipped", _json()),
+    Column("comparison", _json()),
+    Column("error", Text),
+    Column("requested_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("last_position", BigInteger, nullable=False),
+    Index(None, "requested_at"),
+    Index(None, "status", "requested_at"),
 )

@@ -26,9 +26,11 @@ from shared.eventstore.projections import project
 from shared.eventstore.sql import lock_writers, one_of
 from shared.eventstore.views import (
     EVALUATION_STATUSES,
+    EXPERIMENT_STATUSES,
     AgentView,
     ArtifactView,
     EvaluationView,
+    ExperimentView,
     StoredEvent,
 )
 from shared.messages import Envelope
@@ -46,6 +48,7 @@ _events = schema.events
 _evaluations = schema.evaluations
 _agents = schema.agents
 _artifacts = schema.artifacts
+_experiments = schema.experiments
 
 
 class EventStore:
@@ -119,6 +122,7 @@ class EventStore:
                 await connection.execute(delete(_evaluations))
                 await connection.execute(delete(_agents))
                 await connection.execute(delete(_artifacts))
+                await connection.execute(delete(_experiments))
                 replayed, after = 0, 0
                 while chunk := await _read_events(connection, after, _REBUILD_CHUNK):
                     await project(connection, chunk)
@@ -155,6 +159,47 @@ class EventStore:
             async with self._engine.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
         return [EvaluationView(**row) for row in rows]
+
+    async def get_evaluations(self, evaluation_ids: Sequence[uuid.UUID]) -> list[EvaluationView]:
+        """The evaluations among ``evaluation_ids`` that have a row, in no particular order."""
+        if not evaluation_ids:
+            return []
+        with self._errors():
+            async with self._engine.connect() as connection:
+                column = _evaluations.c.evaluation_id
+                query = select(_evaluations).where(
+                    one_of(connection.dialect.name, column, set(evaluation_ids))
+                )
+                rows = (await connection.execute(query)).mappings().all()
+        return [EvaluationView(**row) for row in rows]
+
+    async def get_experiment(self, experiment_id: uuid.UUID) -> ExperimentView | None:
+        query = select(_experiments).where(_experiments.c.experiment_id == experiment_id)
+        with self._errors():
+            async with self._engine.connect() as connection:
+                row = (await connection.execute(query)).mappings().first()
+        return None if row is None else ExperimentView(**row)
+
+    async def list_experiments(
+        self, *, limit: int = 50, offset: int = 0, status: str | None = None
+    ) -> list[ExperimentView]:
+        """Experiments, most recently requested first; only those in ``status`` if given."""
+        if status is not None and status not in EXPERIMENT_STATUSES:
+            raise ValueError(f"unknown status {status!r}; one of {', '.join(EXPERIMENT_STATUSES)}")
+        if limit < 0 or offset < 0:
+            raise ValueError("limit and offset must not be negative")
+        query = (
+            select(_experiments)
+            .order_by(_experiments.c.requested_at.desc(), _experiments.c.experiment_id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        if status is not None:
+            query = query.where(_experiments.c.status == status)
+        with self._errors():
+            async with self._engine.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [ExperimentView(**row) for row in rows]
 
     async def list_agents(self) -> list[AgentView]:
         query = select(_agents).order_by(_agents.c.agent_id)

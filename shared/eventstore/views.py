@@ -11,23 +11,31 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
-from shared.messages import Envelope, LatencySummary
+from pydantic import ValidationError
+
+from shared.manifests import ModelManifest
+from shared.messages import Envelope, ExperimentComparison, LatencySummary
 
 __all__ = [
     "AGENT_STATUSES",
     "EVALUATION_STATUSES",
+    "EXPERIMENT_STATUSES",
     "AgentStatus",
     "AgentView",
     "ArtifactView",
     "EvaluationStatus",
     "EvaluationView",
+    "ExperimentStatus",
+    "ExperimentView",
     "StoredEvent",
 ]
 
 EvaluationStatus = Literal["requested", "scheduled", "running", "completed", "failed"]
 AgentStatus = Literal["online", "offline"]
+ExperimentStatus = Literal["requested", "scheduled", "compared", "failed"]
 EVALUATION_STATUSES: tuple[str, ...] = get_args(EvaluationStatus)
 AGENT_STATUSES: tuple[str, ...] = get_args(AgentStatus)
+EXPERIMENT_STATUSES: tuple[str, ...] = get_args(ExperimentStatus)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,3 +141,45 @@ class ArtifactView:
     registered_at: datetime
     updated_at: datetime
     last_position: int
+
+    def model_manifest(self) -> ModelManifest | None:
+        """The manifest of a model, or None: another kind, or a model this process cannot
+        read (e.g. one whose plugin steps are installed only where the registry runs)."""
+        if self.kind != "model":
+            return None
+        try:
+            return ModelManifest.model_validate(self.manifest)
+        except ValidationError:
+            return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExperimentView:
+    """One experiment as its events so far describe it (a row of the ``experiments`` table).
+
+    The JSON columns hold the events' payload parts as sent: ``request`` the
+    experiment.requested payload, ``members`` and ``skipped`` the scheduler's plan,
+    ``comparison`` the analyzer's ``ExperimentComparison`` (see ``compared()``).
+    """
+
+    experiment_id: uuid.UUID
+    status: ExperimentStatus
+    # The first model of the request: the reference the others are compared against.
+    model: str | None
+    trace_id: str
+    request: dict[str, Any] | None
+    members: list[dict[str, Any]] | None
+    skipped: list[dict[str, Any]] | None
+    comparison: dict[str, Any] | None
+    # The reason from experiment.failed.
+    error: str | None
+    requested_at: datetime
+    updated_at: datetime
+    last_position: int
+
+    def compared(self) -> ExperimentComparison | None:
+        return (
+            None
+            if self.comparison is None
+            else ExperimentComparison.model_validate(self.comparison)
+        )

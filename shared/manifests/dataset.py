@@ -93,6 +93,13 @@ class DatasetManifest(Versioned):
 
     _labels = field_validator("labels")(labels_file)
 
+    def sample_count(self, split: str | None = None) -> int:
+        """How many samples ``split`` holds (the whole data set without one)."""
+        if split is None:
+            return self.samples
+        chosen = self.splits[split]
+        return chosen.stop - chosen.start if isinstance(chosen, SplitRange) else len(chosen)
+
     @model_validator(mode="after")
     def _splits_within_samples(self) -> DatasetManifest:
         for name, split in self.splits.items():

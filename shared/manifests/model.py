@@ -91,6 +91,11 @@ class Accuracy(Strict):
     dataset: str | None = None
 
 
+# Frameworks that run another framework's format: the ONNX graph of an onnxruntime model is
+# what TensorRT builds its engine from and what the OpenCL engine executes.
+ALSO_RUN_BY: dict[str, tuple[FrameworkName, ...]] = {"onnxruntime": ("tensorrt", "opencl")}
+
+
 class ModelManifest(Versioned):
     """One immutable model version: what it computes, what it needs, where its files are.
 
@@ -130,6 +135,20 @@ class ModelManifest(Versioned):
                 where = ".".join(str(p) for p in ("accuracy", *err["loc"]))
                 raise ValueError(f"{where}: {err['msg']}") from None
         return value
+
+    @property
+    def frameworks(self) -> tuple[FrameworkName, ...]:
+        """The frameworks that run this model's files: its own, and those that take the same
+        format (an ONNX graph is also what TensorRT and dlscope's OpenCL engine run)."""
+        return (self.framework.name, *ALSO_RUN_BY.get(self.framework.name, ()))
+
+    def runs_on(self, framework: str) -> bool:
+        return framework in self.frameworks
+
+    def version_needed_by(self, framework: str) -> str:
+        """The version constraint ``framework`` must meet: the manifest's for its own
+        framework; any version of another that reads the format."""
+        return self.framework.version if framework == self.framework.name else "*"
 
     @property
     def sources(self) -> dict[str, ModelSource]:

@@ -13,11 +13,9 @@ validity verdicts and comparisons of the raw latencies they record.
     repetitions  run-to-run variation; is a difference between two evaluations significant
     contention   other busy processes, for the environment
     loadgen      the same scenarios through MLCommons LoadGen
-    loop         the original fixed-count single-stream loop (``measure``)
 """
 
 from shared.measurement.drivers import run_scenario
-from shared.measurement.loop import Measurement, measure
 from shared.measurement.queries import RunQuery
 from shared.measurement.repetitions import (
     Comparison,
@@ -49,7 +47,6 @@ __all__ = [
     "BatchSweep",
     "Comparison",
     "LatencyStatistics",
-    "Measurement",
     "MultiStream",
     "Offline",
     "ReasonCode",
@@ -66,7 +63,6 @@ __all__ = [
     "check_sample_count",
     "compare",
     "judge",
-    "measure",
     "min_queries_for_percentile",
     "run_scenario",
     "summarize_latencies",

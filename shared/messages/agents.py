@@ -36,6 +36,12 @@ class AgentHeartbeat(Payload):
 
     agent_id: str
     busy: bool
+    # Who it is, again: a reader that missed the announcement (a recorder whose queue did
+    # not exist yet when the agent started) still learns what the agent runs.
+    host: str | None = None
+    framework: Framework | None = None
+    framework_version: str | None = None
+    hardware: Hardware | None = None
 
 
 class AgentOffline(Payload):

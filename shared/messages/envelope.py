@@ -75,8 +75,12 @@ class Envelope(BaseModel):
         correlation_id: uuid.UUID,
         causation_id: uuid.UUID | None = None,
         producer: str | None = None,
+        event_id: uuid.UUID | None = None,
     ) -> Self:
+        """``payload`` in a new envelope; ``event_id`` is fresh unless given (a handler that
+        derives it from what it handles emits the same id when it runs twice)."""
         return cls(
+            event_id=event_id or uuid.uuid4(),
             type=payload.TYPE,
             schema_version=payload.SCHEMA,
             stream_id=stream_id,

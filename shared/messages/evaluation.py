@@ -14,12 +14,16 @@ evaluation id as ``correlation_id``.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Self, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared.manifests import DatasetManifest, FrameworkName, Hardware, ModelManifest
+from shared.measurement import LatencyStatistics, ScenarioResult, Verdict
+from shared.measurement.loadgen import LoadgenResult
 from shared.messages.envelope import Envelope, Payload
+from shared.messages.fingerprint import OutputFingerprint
+from shared.messages.scenario import Scenario
 
 __all__ = [
     "FRAMEWORKS",
@@ -35,6 +39,7 @@ __all__ = [
     "Framework",
     "Hardware",
     "LatencySummary",
+    "LayerTiming",
     "RunEvaluation",
     "Scenario",
     "evaluation_stream",
@@ -50,18 +55,6 @@ FailureStage = Literal["validation", "scheduling", "artifact", "predictor", "ana
 
 def evaluation_stream(evaluation_id: uuid.UUID) -> str:
     return f"evaluation-{evaluation_id}"
-
-
-class Scenario(BaseModel):
-    """How the model is driven. Single-stream: one query at a time, the next when it returns."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: Literal["single-stream"] = "single-stream"
-    warmup: int = Field(default=10, ge=0, le=100_000, description="untimed queries first")
-    iterations: int = Field(default=200, ge=1, le=10_000_000, description="timed queries")
-    batch_size: int = Field(default=1, ge=1, le=4096)
-    seed: int = Field(default=0, ge=0, description="seed of the generated input data")
 
 
 class EvaluationRequested(Payload):
@@ -81,6 +74,9 @@ class EvaluationRequested(Payload):
     dataset_version: str = Field(default="*", description="dataset version constraint")
     split: str | None = Field(default=None, description="one split of the dataset, e.g. test")
     requested_by: str | None = None
+    experiment_id: uuid.UUID | None = Field(
+        default=None, description="the experiment this evaluation is a member of"
+    )
 
 
 class EvaluationScheduled(Payload):
@@ -108,6 +104,7 @@ class RunEvaluation(Payload):
     scenario: Scenario
     dataset: DatasetManifest | None = None
     split: str | None = None
+    experiment_id: uuid.UUID | None = None
 
 
 class EvaluationStarted(Payload):
@@ -120,17 +117,57 @@ class EvaluationStarted(Payload):
 
 
 class EvaluationMeasured(Payload):
+    """What a worker measured, raw: every latency of every phase (or, with the loadgen
+    driver, LoadGen's parsed summary), so any statistic can be computed again later."""
+
     TYPE = "evaluation.measured"
 
     evaluation_id: uuid.UUID
     agent_id: str
-    batch_size: int
+    scenario: Scenario = Field(default_factory=Scenario, description="as requested")
     load_ns: int = Field(description="time to open the model in the framework")
-    first_inference_ns: int = Field(description="the cold first query, excluded from statistics")
-    warmup_latencies_ns: list[int]
-    latencies_ns: list[int] = Field(min_length=1, description="one per timed query")
-    duration_ns: int = Field(description="wall time of the timed loop")
+    run: ScenarioResult | None = Field(default=None, description="the native driver's run")
+    loadgen: LoadgenResult | None = Field(default=None, description="the loadgen driver's run")
+    conditions: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what the validity verdict reads from the environment at the start: "
+        "cpu_governor, load_average, cpu_threads, heavy_processes",
+    )
+    layers: list[LayerTiming] | None = Field(
+        default=None, description="per-layer device timings of one query, where measured"
+    )
     accuracy: AccuracyMeasurement | None = None
+    fingerprint: OutputFingerprint | None = Field(
+        default=None, description="the outputs on a fixed input set, for parity comparisons"
+    )
+    experiment_id: uuid.UUID | None = None
+
+    @model_validator(mode="after")
+    def _one_run(self) -> Self:
+        if (self.run is None) == (self.loadgen is None):
+            raise ValueError("a measurement carries exactly one of run (native) or loadgen")
+        return self
+
+
+class LayerTiming(BaseModel):
+    """One layer's kernel time on the device, from its profiling events (OpenCL)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str = Field(description="the ONNX node's name")
+    op_type: str
+    fused: list[str] = Field(default_factory=list, description="nodes fused into this one")
+    input_shapes: list[list[int]] = Field(default_factory=list)
+    output_shapes: list[list[int]] = Field(default_factory=list)
+    kernels: int = Field(default=1, ge=0, description="kernel launches the layer took")
+    queued_ns: int
+    submit_ns: int
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
 
 
 class AccuracyMeasurement(BaseModel):
@@ -151,7 +188,7 @@ class LatencySummary(BaseModel):
     count: int
     batch_size: int
     mean_ms: float
-    std_ms: float
+    std_ms: float | None = Field(description="None where the driver reports no spread (LoadGen)")
     min_ms: float
     max_ms: float
     p50_ms: float
@@ -162,6 +199,24 @@ class LatencySummary(BaseModel):
     load_ms: float
     warmup_count: int
     accuracy: AccuracyMeasurement | None = None
+    fingerprint: OutputFingerprint | None = None
+    # The fields above describe the headline (first) phase; these describe the whole run.
+    scenario: Scenario = Field(default_factory=Scenario)
+    headline: str = Field(default="p90", description="the scenario's headline figure")
+    statistics: list[LatencyStatistics] = Field(
+        default_factory=list, description="per phase (per batch size in a sweep), with intervals"
+    )
+    verdict: Verdict | None = None
+    harness_overhead_ns: float | None = Field(
+        default=None, description="time per query spent outside the framework call"
+    )
+    warmup: dict[str, Any] | None = Field(
+        default=None, description="how the warm-up was ended: steady state or a cap"
+    )
+    loadgen: list[dict[str, Any]] | None = Field(
+        default=None, description="LoadGen's summary per phase, and where its logs are"
+    )
+    layers: list[LayerTiming] | None = None
 
 
 class EvaluationCompleted(Payload):
@@ -169,6 +224,7 @@ class EvaluationCompleted(Payload):
 
     evaluation_id: uuid.UUID
     result: LatencySummary
+    experiment_id: uuid.UUID | None = None
 
 
 class EvaluationFailed(Payload):
@@ -177,16 +233,25 @@ class EvaluationFailed(Payload):
     evaluation_id: uuid.UUID
     stage: FailureStage
     reason: str
+    experiment_id: uuid.UUID | None = None
 
 
 def failure_caused_by(
     envelope: Envelope, *, stage: FailureStage, reason: str, producer: str
 ) -> Envelope | None:
     """The ``evaluation.failed`` event for a message about an evaluation that could not be
-    handled; None when the message names no evaluation (it may be the reason it failed)."""
+    handled; None when the message names no evaluation (it may be the reason it failed).
+    The experiment the message names, if any, is named too: its comparison waits for it."""
     try:
         evaluation_id = uuid.UUID(str(envelope.payload.get("evaluation_id")))
     except ValueError:
         return None
-    failed = EvaluationFailed(evaluation_id=evaluation_id, stage=stage, reason=reason)
+    try:
+        experiment = envelope.payload.get("experiment_id")
+        experiment_id = None if experiment is None else uuid.UUID(str(experiment))
+    except ValueError:
+        experiment_id = None
+    failed = EvaluationFailed(
+        evaluation_id=evaluation_id, stage=stage, reason=reason, experiment_id=experiment_id
+    )
     return envelope.caused(failed, producer=producer)

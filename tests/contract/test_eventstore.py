@@ -24,6 +24,9 @@ from shared.eventstore import (
     head_revision,
     upgrade,
 )
+from shared.measurement import ScenarioResult, SingleStream, TimedPhase
+from shared.measurement.overhead import HarnessOverhead
+from shared.measurement.warmup import WarmupReport
 from shared.messages import (
     AgentHeartbeat,
     AgentOffline,
@@ -132,12 +135,32 @@ class Evaluation:
             EvaluationMeasured(
                 evaluation_id=self.evaluation_id,
                 agent_id=self.agent_id,
-                batch_size=1,
                 load_ns=120_000_000,
-                first_inference_ns=30_000_000,
-                warmup_latencies_ns=[5_000_000] * 3,
-                latencies_ns=[4_000_000, 4_200_000, 4_500_000],
-                duration_ns=12_700_000,
+                run=ScenarioResult(
+                    scenario=SingleStream(),
+                    sample_count=1,
+                    phases=(
+                        TimedPhase(
+                            samples_per_query=1,
+                            first_query_ns=30_000_000,
+                            warmup=WarmupReport(
+                                latencies_ns=(5_000_000,) * 3,
+                                window_queries=3,
+                                window_medians_ns=(5e6,),
+                                threshold=0.05,
+                                steady=False,
+                                decided_by="max_windows",
+                                duration_ns=15_000_000,
+                            ),
+                            latencies_ns=(4_000_000, 4_200_000, 4_500_000),
+                            duration_ns=12_700_000,
+                            overhead=HarnessOverhead(
+                                per_query_ns=0.0, timer_floor_ns=100.0, method="none"
+                            ),
+                            stopped_by="minimums",
+                        ),
+                    ),
+                ),
             ),
             when,
         )
@@ -513,6 +536,32 @@ async def test_a_heartbeat_from_an_unannounced_agent_makes_it_known(store: Event
     assert (view.host, view.busy) == ("bench-1", True)
 
 
+async def test_a_heartbeat_that_says_who_it_is_fills_a_missed_announcement(
+    store: EventStore,
+) -> None:
+    # Given an agent whose announcement no recorder saw, heartbeating with its identity
+    beat = AgentHeartbeat(
+        agent_id="agent-y",
+        busy=False,
+        host="bench-2",
+        framework="pytorch",
+        framework_version="2.13.0",
+        hardware="cpu",
+    )
+    await store.append(
+        [event(beat, stream_id=agent_stream("agent-y"), correlation_id=uuid.uuid4(), when=at(3))]
+    )
+
+    # Then the agents read model knows what it runs
+    view = await agent(store, "agent-y")
+    assert (view.host, view.framework, view.framework_version, view.hardware) == (
+        "bench-2",
+        "pytorch",
+        "2.13.0",
+        "cpu",
+    )
+
+
 async def test_events_of_other_types_are_stored_but_change_no_projection(
     store: EventStore,
 ) -> None:
@@ -615,7 +664,7 @@ async def test_upgrade_is_idempotent_and_reports_the_head_revision(database_url:
     await upgrade(database_url)
 
     # Then it is at the newest revision and a store works on it
-    assert await current_revision(database_url) == head_revision() == "0002"
+    assert await current_revision(database_url) == head_revision() == "0003"
     async with EventStore.from_url(database_url) as store:
         await store.ping()
         assert await store.count_events() == 0

@@ -51,13 +51,17 @@ def test_run_evaluates_the_built_in_model_and_writes_the_full_result(tmp_path: P
     )
     assert result.returncode == 0, result.stderr
     shown = " ".join(result.stdout.split())  # the table title may wrap
-    assert "squeezenet 1.0.0 on onnxruntime (cpu)" in shown
+    assert "squeezenet 1.0.1 on onnxruntime (cpu)" in shown
     assert "p90 (ms)" in shown
 
     document = json.loads((tmp_path / "result.json").read_text())
     evaluation = document["evaluation"]
     assert evaluation["status"] == "completed"
-    assert evaluation["result"]["count"] == 40
+    # At least 40 queries and, by default, at least one second of them.
+    assert evaluation["result"]["count"] >= 40
+    measured = document["events"][3]["payload"]["run"]["phases"][0]
+    assert len(measured["latencies_ns"]) == evaluation["result"]["count"]
+    assert measured["duration_ns"] >= 1e9
     assert [e["type"] for e in document["events"]] == [
         "evaluation.requested",
         "evaluation.scheduled",
@@ -90,6 +94,61 @@ def test_run_with_a_batch_the_model_cannot_take_fails_with_the_reason(tmp_path: 
     result = dlscope(tmp_path, "run", "squeezenet", "--batch-size", "4")
     assert result.returncode == 1
     assert "takes batches of 1 only" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--scenario", "server", "--qps", "0"], "target_qps: Input should be greater than 0"),
+        (["--scenario", "server", "--latency-bound", "0"], "latency_bound_ms"),
+        (["--scenario", "sideways"], "--scenario sideways"),
+        (["--scenario", "batch-sweep", "--batch-sizes", "1,x"], "--batch-sizes takes integers"),
+    ],
+)
+def test_an_impossible_scenario_is_refused_before_anything_starts(
+    tmp_path: Path, options: list[str], says: str
+) -> None:
+    result = dlscope(tmp_path, "run", "squeezenet", *options)
+    assert result.returncode == 2
+    assert says in result.stderr
+    assert not (tmp_path / "dlscope.db").exists()  # nothing ran, nothing was stored
+
+
+def test_the_server_scenario_runs_from_the_command_line_with_its_verdict(tmp_path: Path) -> None:
+    result = dlscope(
+        tmp_path,
+        *("run", "squeezenet", "--scenario", "server", "--qps", "20", "--latency-bound", "0.01"),
+        *("-n", "10", "--min-duration", "0", "--warmup", "0", "--json", str(tmp_path / "r.json")),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "verdict" in result.stdout
+    evaluation = json.loads((tmp_path / "r.json").read_text())["evaluation"]
+    verdict = evaluation["result"]["verdict"]
+    assert verdict["status"] == "INVALID"  # no squeezenet answers within 10 µs
+    assert "latency_bound_missed" in {reason["code"] for reason in verdict["reasons"]}
+
+
+def test_repeats_run_in_fresh_processes_and_two_results_compare(tmp_path: Path) -> None:
+    quick = ("-n", "64", "--min-duration", "0", "--warmup", "0")
+    repeated = dlscope(tmp_path, "run", "squeezenet", *quick, "--repeat", "2")
+    assert repeated.returncode == 0, repeated.stderr
+    assert "2 runs of `dlscope run squeezenet" in " ".join(repeated.stdout.split())
+    assert "coefficient of variation" in repeated.stdout
+
+    for name in ("a", "b"):
+        run = dlscope(
+            tmp_path, "run", "squeezenet", *quick, "--json", str(tmp_path / f"{name}.json")
+        )
+        assert run.returncode == 0, run.stderr
+    same = dlscope(tmp_path, "compare", str(tmp_path / "a.json"), str(tmp_path / "a.json"))
+    assert same.returncode == 0, same.stderr
+    assert "not significant" in same.stdout
+    two = dlscope(tmp_path, "compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    assert two.returncode == 0, two.stderr
+    assert "significant" in two.stdout
+    missing = dlscope(tmp_path, "compare", str(tmp_path / "a.json"), str(tmp_path / "c.json"))
+    assert missing.returncode == 2
+    assert "c.json: cannot read a result" in missing.stderr
 
 
 def test_projections_rebuild_from_the_stored_events(tmp_path: Path) -> None:
@@ -138,7 +197,7 @@ def test_registering_a_file_that_does_not_match_its_checksum_is_refused(tmp_path
 def test_db_upgrade_reports_the_revision(tmp_path: Path) -> None:
     result = dlscope(tmp_path, "db", "upgrade")
     assert result.returncode == 0, result.stderr
-    assert "event store at revision 0002" in result.stdout
+    assert "event store at revision 0003" in result.stdout
 
 
 def test_the_zoo_digits_model_reaches_its_recorded_accuracy_through_the_worker(
@@ -148,7 +207,7 @@ def test_the_zoo_digits_model_reaches_its_recorded_accuracy_through_the_worker(
     assert built.returncode == 0, built.stderr
     assert "digits-cnn@1.0.0 (onnxruntime)" in built.stdout
     again = dlscope(tmp_path, "zoo", "build")
-    assert again.stdout.count("already registered") == 2  # same bytes, same versions
+    assert again.stdout.count("already registered") == 3  # same bytes, same versions
 
     recorded = yaml.safe_load((tmp_path / "zoo" / "digits-cnn.yaml").read_text())
     expected = recorded["attributes"]["accuracy"]["top1"]
@@ -175,35 +234,37 @@ def test_the_zoo_digits_model_reaches_its_recorded_accuracy_through_the_worker(
     assert accuracy["samples"] == 360
     assert accuracy["top1"] == pytest.approx(expected, abs=1e-9)
 
-    # The same weights as TorchScript, on the PyTorch worker: the same top-1.
-    torch_file = tmp_path / "digits-torch.json"
-    run = dlscope(
-        tmp_path,
-        "run",
-        "digits-cnn-torch",
-        "--framework",
-        "pytorch",
-        "--dataset",
-        "digits",
-        "--split",
-        "test",
-        "-n",
-        "20",
-        "-b",
-        "32",
-        "--json",
-        str(torch_file),
-    )
-    assert run.returncode == 0, run.stderr
-    evaluation = json.loads(torch_file.read_text())["evaluation"]
-    assert evaluation["framework"] == "pytorch"
-    assert evaluation["result"]["accuracy"]["top1"] == pytest.approx(expected, abs=1e-9)
+    # The same weights as TorchScript and as a SavedModel, on the PyTorch and TensorFlow
+    # workers: the same top-1.
+    for model, framework in (("digits-cnn-torch", "pytorch"), ("digits-cnn-tf", "tensorflow")):
+        framework_file = tmp_path / f"digits-{framework}.json"
+        run = dlscope(
+            tmp_path,
+            "run",
+            model,
+            "--framework",
+            framework,
+            "--dataset",
+            "digits",
+            "--split",
+            "test",
+            "-n",
+            "20",
+            "-b",
+            "32",
+            "--json",
+            str(framework_file),
+        )
+        assert run.returncode == 0, run.stderr
+        evaluation = json.loads(framework_file.read_text())["evaluation"]
+        assert evaluation["framework"] == framework
+        assert evaluation["result"]["accuracy"]["top1"] == pytest.approx(expected, abs=1e-9)
 
 
 def test_a_model_for_another_framework_is_refused_with_the_reason(tmp_path: Path) -> None:
     result = dlscope(tmp_path, "run", "squeezenet", "--framework", "pytorch")
     assert result.returncode == 1
-    assert "squeezenet@1.0.0 is for onnxruntime; it cannot run on pytorch" in result.stderr
+    assert "squeezenet@1.0.1 is for onnxruntime; it cannot run on pytorch" in result.stderr
 
 
 def test_a_zoo_model_is_built_on_first_use(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ async def test_an_evaluation_submitted_over_http_runs_across_the_processes(
             "model": "squeezenet",
             "framework": "onnxruntime",
             "hardware": "cpu",
-            "scenario": {"iterations": 30},
+            "scenario": {"iterations": 30, "min_duration_s": 0},
         },
     )
     assert response.status_code == 202, response.text
@@ -127,7 +127,7 @@ async def test_a_message_published_straight_to_rabbitmq_starts_an_evaluation(
             "model": "squeezenet",
             "framework": "onnxruntime",
             "hardware": "cpu",
-            "scenario": {"iterations": 25},
+            "scenario": {"iterations": 25, "min_duration_s": 0},
         },
     }
     connection = await aio_pika.connect(deployment.broker_url)
@@ -167,7 +167,7 @@ async def test_killing_and_restarting_the_recorder_loses_no_event(
             json={
                 "model": "squeezenet",
                 "framework": "onnxruntime",
-                "scenario": {"iterations": 10},
+                "scenario": {"iterations": 10, "min_duration_s": 0},
             },
         )
         evaluation_id = response.json()["id"]
@@ -237,7 +237,7 @@ async def test_the_services_recover_when_the_broker_drops_every_connection(
                 json={
                     "model": "squeezenet",
                     "framework": "onnxruntime",
-                    "scenario": {"iterations": 3},
+                    "scenario": {"iterations": 3, "min_duration_s": 0},
                 },
             )
         except httpx.TransportError:

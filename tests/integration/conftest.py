@@ -42,7 +42,7 @@ class Stack:
                 "model": model,
                 "version": version,
                 "framework": "onnxruntime",
-                "scenario": {"iterations": 3, "warmup": 0},
+                "scenario": {"iterations": 3, "min_duration_s": 0, "warmup": 0},
                 **extra,
             },
         )
@@ -90,7 +90,7 @@ async def any_stack(
             port = services[-1].port  # type: ignore[attr-defined]
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
                 stack = Stack(runtime, http, services)
-                await stack.eventually(lambda: stack.listed("squeezenet", "1.0.0"))
+                await stack.eventually(lambda: stack.listed("squeezenet", "1.0.1"))
                 yield stack
     finally:
         await runtime.close()

@@ -94,7 +94,7 @@ async def test_a_trained_model_reports_its_accuracy_on_the_digits_test_split(
         "digits-centroids",
         dataset="digits",
         split="test",
-        scenario={"iterations": 5, "batch_size": 32},
+        scenario={"iterations": 5, "min_duration_s": 0, "batch_size": 32},
     )
     assert evaluation["status"] == "completed", evaluation["error"]
     accuracy = evaluation["result"]["accuracy"]

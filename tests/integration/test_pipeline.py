@@ -110,7 +110,11 @@ async def _has_online_agent(http: httpx.AsyncClient) -> bool:
 
 
 async def submit(http: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    payload = {"model": "squeezenet", "framework": "onnxruntime", "scenario": {"iterations": 20}}
+    payload = {
+        "model": "squeezenet",
+        "framework": "onnxruntime",
+        "scenario": {"iterations": 20, "min_duration_s": 0},
+    }
     response = await http.post("/v1/evaluations", json={**payload, **body})
     assert response.status_code == 202, response.text
     accepted: dict[str, Any] = response.json()
@@ -127,14 +131,21 @@ async def test_an_evaluation_runs_through_every_service_as_one_trace(stack: Stac
     result = evaluation["result"]
     assert result["count"] == 20
     assert 0 < result["min_ms"] <= result["p50_ms"] <= result["p90_ms"] <= result["max_ms"]
-    assert evaluation["model_version"] == "1.0.0"  # the constraint '*' resolved
+    assert evaluation["model_version"] == "1.0.1"  # the constraint '*' resolved
 
     events = (await stack.http.get(f"/v1/evaluations/{accepted['id']}/events")).json()
     assert [e["type"] for e in events] == LIFECYCLE
     assert [e["version"] for e in events] == [1, 2, 3, 4, 5]
     assert {e["trace_id"] for e in events} == {accepted["trace_id"]}
     measured = events[3]["payload"]
-    assert len(measured["latencies_ns"]) == 20  # raw latencies are kept
+    assert len(measured["run"]["phases"][0]["latencies_ns"]) == 20  # raw latencies are kept
+    # The statistics come with intervals, the verdict with reasons, and the harness overhead.
+    assert result["scenario"]["name"] == "single-stream"
+    assert result["statistics"][0]["median"]["interval"] is not None
+    # 20 queries cannot back a p90 (MLPerf's early stopping asks for 64): a bound, said so.
+    assert result["statistics"][0]["headline"]["kind"] == "bound"
+    assert "headline_is_bound" in {r["code"] for r in result["verdict"]["reasons"]}
+    assert result["harness_overhead_ns"] >= 0
 
     # Every service took part in that one trace.
     services = {
@@ -176,7 +187,11 @@ async def test_a_model_whose_checksum_does_not_match_fails_and_the_worker_carrie
         ({"model": "squeezenet"}, "framework"),
         ({"model": "squeezenet", "framework": "onnxruntime", "colour": "red"}, "colour"),
         (
-            {"model": "squeezenet", "framework": "onnxruntime", "scenario": {"iterations": 0}},
+            {
+                "model": "squeezenet",
+                "framework": "onnxruntime",
+                "scenario": {"iterations": 0, "min_duration_s": 0},
+            },
             "scenario",
         ),
     ],

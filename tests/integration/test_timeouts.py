@@ -104,7 +104,11 @@ async def test_an_evaluation_that_completes_is_no_longer_watched(stack: Stack) -
     accepted = (
         await stack.http.post(
             "/v1/evaluations",
-            json={"model": "squeezenet", "framework": "onnxruntime", "scenario": {"iterations": 2}},
+            json={
+                "model": "squeezenet",
+                "framework": "onnxruntime",
+                "scenario": {"iterations": 2, "min_duration_s": 0},
+            },
         )
     ).json()
     evaluation = await outcome(stack.http, accepted["id"])

@@ -6,12 +6,15 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from pydantic import ValidationError
 
 from shared.errors import InvalidMessage
+from shared.measurement import SingleStream
 from shared.messages import (
     Envelope,
     EvaluationFailed,
     EvaluationRequested,
+    Scenario,
     decode,
     encode,
     evaluation_stream,
@@ -33,7 +36,7 @@ def requested() -> Envelope:
 def test_an_envelope_survives_the_wire_unchanged() -> None:
     envelope = requested()
     assert decode(encode(envelope)) == envelope
-    assert decode(encode(envelope)).open(EvaluationRequested).scenario.iterations == 200
+    assert decode(encode(envelope)).open(EvaluationRequested).scenario.iterations == 1024
 
 
 def test_a_caused_message_continues_the_correlation_and_names_its_cause() -> None:
@@ -91,3 +94,37 @@ def test_an_unknown_message_type_lists_the_known_ones() -> None:
 def test_job_keys_route_to_any_matching_agent_or_to_one() -> None:
     assert job_key("onnxruntime", "cpu") == "job.onnxruntime.cpu"
     assert job_key("onnxruntime", "cpu", "host-a") == "job.onnxruntime.cpu.host-a"
+
+
+@pytest.mark.parametrize(
+    ("scenario", "named"),
+    [
+        ({"name": "server", "target_qps": 0}, "target_qps"),
+        ({"name": "server", "target_qps": -5}, "target_qps"),
+        ({"name": "server", "latency_bound_ms": 0}, "latency_bound_ms"),
+        ({"name": "batch-sweep", "batch_sizes": [1, 1]}, "batch sizes repeat"),
+        ({"name": "closed-loop"}, "name"),
+        ({"min_duration_s": 10, "max_duration_s": 1}, "exceeds max_duration_s"),
+    ],
+)
+def test_an_impossible_scenario_is_refused_with_the_field_named(
+    scenario: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ValidationError, match=named):
+        Scenario.model_validate(scenario)
+
+
+@pytest.mark.parametrize("name", ["single-stream", "multi-stream", "server", "offline"])
+def test_every_scenario_maps_to_the_drivers_typed_settings(name: str) -> None:
+    scenario = Scenario.model_validate({"name": name, "iterations": 100, "target_qps": 50})
+    typed = scenario.measurement()
+    assert typed.name == name
+    assert typed.seed == scenario.seed
+
+
+def test_an_adaptive_run_is_asked_for_by_the_width_of_its_interval() -> None:
+    typed = Scenario(adaptive_half_width=0.02).measurement()
+    assert isinstance(typed, SingleStream)
+    assert typed.adaptive is not None
+    assert typed.adaptive.relative_half_width == 0.02
+    assert Scenario().measurement().adaptive is None  # fixed minimums unless asked

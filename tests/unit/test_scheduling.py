@@ -70,3 +70,44 @@ def test_no_match_explains_what_is_available() -> None:
         .explain_no_match(request(), now=0)
         .endswith("no agents are online")
     )
+
+
+def test_an_agent_that_missed_its_heartbeats_is_declared_offline_once() -> None:
+    agents = directory()
+    agents.observe(AgentHeartbeat(agent_id="ort-new", busy=False), now=14)
+    # At 16 the others have been silent for more than 3 x 5 s
+    assert ids(agents.lapsed(now=16)) == ["ort-gpu", "ort-old"]
+    for agent in agents.lapsed(now=16):
+        agents.observe(AgentOffline(agent_id=agent.agent_id, reason="missed 3 heartbeats"), 16)
+    # Declared: not lapsed again, and no candidate
+    assert agents.lapsed(now=20) == []
+    assert ids(agents.online(now=20)) == ["ort-new"]
+
+
+def test_an_agent_declared_offline_is_online_again_when_it_heartbeats() -> None:
+    agents = directory()
+    agents.observe(AgentOffline(agent_id="ort-old", reason="missed 3 heartbeats"), now=16)
+    agents.observe(AgentHeartbeat(agent_id="ort-old", busy=True), now=17)
+    assert "ort-old" in ids(agents.online(now=17))
+    assert ids(agents.candidates(request(framework_version="<1.20"), now=17)) == ["ort-old"]
+
+
+def test_the_model_s_framework_constraint_rules_agents_out_and_is_explained() -> None:
+    agents = directory()
+    assert ids(agents.candidates(request(), now=1, model_needs=">=1.30")) == ["ort-new"]
+    reason = agents.explain_no_match(request(), now=1, model_needs=">=2")
+    assert reason.startswith(
+        "no online worker offers onnxruntime * on cpu (the model needs onnxruntime >=2); "
+    )
+
+
+def test_a_job_goes_to_the_shared_queue_only_when_every_agent_on_it_can_run_it() -> None:
+    agents = directory()
+    everyone = agents.candidates(request(), now=1)
+    assert agents.route(request(), everyone, now=1) is None
+    # ort-old (1.17) also consumes job.onnxruntime.cpu: the job is pinned to ort-new
+    newer = agents.candidates(request(framework_version=">=1.30"), now=1)
+    assert agents.route(request(framework_version=">=1.30"), newer, now=1) == "ort-new"
+    # A pin in the request is kept
+    pinned = request(agent_id="ort-old")
+    assert agents.route(pinned, agents.candidates(pinned, now=1), now=1) == "ort-old"

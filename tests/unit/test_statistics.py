@@ -11,21 +11,11 @@ import pytest
 
 from shared.measurement import (
     compare,
-    measure,
     min_queries_for_percentile,
     summarize_latencies,
     summarize_repetitions,
 )
 from shared.measurement.statistics import bootstrap_quantile
-
-
-def test_the_loop_runs_one_cold_query_the_warm_up_and_the_timed_queries() -> None:
-    calls: list[int] = []
-    result = measure(lambda: calls.append(1), warmup=3, iterations=7)
-    assert len(calls) == 1 + 3 + 7
-    assert (len(result.warmup_latencies_ns), len(result.latencies_ns)) == (3, 7)
-    assert result.duration_ns >= sum(result.latencies_ns)
-
 
 # The measurement core's statistics ----------------------------------------------------------
 

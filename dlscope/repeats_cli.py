@@ -1,0 +1,133 @@
+"""Repetitions and comparisons on the command line.
+
+``dlscope run ... --repeat N`` runs the same configuration N times, each in a fresh process
+(a new interpreter, a new framework session: what a user re-running a benchmark gets), and
+reports how much the runs spread. ``dlscope compare A.json B.json`` says whether two results
+written with ``--json`` differ by more than their noise.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from dlscope.terminal import console, fail
+from shared.measurement import compare, summarize_repetitions
+from shared.measurement.validity import ValidityThresholds
+
+__all__ = ["compare_command", "run_arguments", "run_repeated"]
+
+
+def _latencies(document: dict[str, Any], source: str) -> tuple[list[int], float]:
+    """The headline phase's raw latencies of a result written by ``dlscope run --json``, and
+    its headline percentile."""
+    try:
+        measured = next(
+            e["payload"] for e in document["events"] if e["type"] == "evaluation.measured"
+        )
+        run = measured["run"]
+        percentile = document["evaluation"]["result"]["statistics"][0]["headline"]["percentile"]
+    except (KeyError, StopIteration, TypeError, IndexError) as exc:
+        raise fail(
+            f"{source}: not a completed native-driver result of `dlscope run --json` "
+            f"(missing {exc})",
+            2,
+        ) from exc
+    if run is None:
+        raise fail(f"{source}: a loadgen-driver result keeps no raw latencies to compare", 2)
+    return list(run["phases"][0]["latencies_ns"]), float(percentile)
+
+
+def run_arguments(argv: list[str]) -> list[str]:
+    """The arguments of this ``dlscope run`` without ``--repeat`` and ``--json`` (each
+    repetition writes its own result), to run it again."""
+    arguments = argv[argv.index("run") + 1 :]
+    kept: list[str] = []
+    skip = False
+    for argument in arguments:
+        if skip:
+            skip = False
+        elif argument in ("--repeat", "--json"):
+            skip = True
+        elif not argument.startswith(("--repeat=", "--json=")):
+            kept.append(argument)
+    return kept
+
+
+def run_repeated(arguments: list[str], repeats: int) -> None:
+    """Run ``dlscope run <arguments>`` ``repeats`` times, each in its own process."""
+    runs: list[list[int]] = []
+    percentile = 0.9
+    with tempfile.TemporaryDirectory(prefix="dlscope-repeat-") as scratch:
+        for number in range(1, repeats + 1):
+            result = Path(scratch) / f"{number}.json"
+            with console.status(f"run {number} of {repeats}, in a fresh process…"):
+                child = subprocess.run(
+                    [sys.executable, "-m", "dlscope", "run", *arguments, "--json", str(result)],
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+            if child.returncode != 0:
+                raise fail(f"run {number} of {repeats} failed: {child.stderr.strip()}", 1)
+            latencies, percentile = _latencies(json.loads(result.read_text()), f"run {number}")
+            runs.append(latencies)
+    summary = summarize_repetitions(runs, percentile=percentile)
+    name = f"p{percentile * 100:g}"
+    table = Table(title=f"{repeats} runs of `dlscope run {' '.join(arguments)}`, fresh processes")
+    for column in ("run", "p50 (ms)", f"{name} (ms)"):
+        table.add_column(column, justify="right")
+    for number, (median, headline) in enumerate(
+        zip(summary.medians_ns, summary.headlines_ns, strict=True), start=1
+    ):
+        table.add_row(str(number), f"{median / 1e6:.3f}", f"{headline / 1e6:.3f}")
+    console.print(table)
+    limit = ValidityThresholds().max_repetition_cv
+    console.print(
+        f"p50 across runs: mean {summary.median_mean_ns / 1e6:.3f} ms, std "
+        f"{summary.median_std_ns / 1e6:.3f} ms, coefficient of variation {summary.median_cv:.1%}"
+        f"; {name}: {summary.headline_cv:.1%}"
+    )
+    if summary.median_cv > limit:
+        console.print(
+            f"high run-to-run variation: above {limit:.0%}, one run's figures are not to be "
+            "trusted alone on this machine"
+        )
+
+
+def compare_command(
+    baseline: Annotated[Path, typer.Argument(help="a result written by `dlscope run --json`")],
+    candidate: Annotated[Path, typer.Argument(help="another one, to compare with the first")],
+) -> None:
+    """Whether two results differ by more than their noise: the difference of their medians
+    with a bootstrap interval, a Mann-Whitney test and the effect size."""
+    documents = []
+    for path in (baseline, candidate):
+        try:
+            documents.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise fail(f"{path}: cannot read a result: {exc}", 2) from exc
+    base, _ = _latencies(documents[0], str(baseline))
+    other, _ = _latencies(documents[1], str(candidate))
+    result = compare(base, other)
+    low, high = result.interval.low / 1e6, result.interval.high
+    upper = "unbounded" if high is None else f"{high / 1e6:+.3f}"
+    console.print(
+        f"median {result.baseline_median_ns / 1e6:.3f} ms → {result.candidate_median_ns / 1e6:.3f}"
+        f" ms: {result.difference_ns / 1e6:+.3f} ms ({result.relative_difference:+.1%}), "
+        f"{result.interval.confidence:.0%} interval [{low:+.3f}, {upper}] ms"
+    )
+    p = "p < 0.0001" if result.p_value < 1e-4 else f"p = {result.p_value:.3g}"
+    verdict = (
+        f"significant ({p}, effect {result.magnitude}): the {result.faster} is faster"
+        if result.significant
+        else f"not significant ({p}): within the runs' noise"
+    )
+    console.print(verdict)

@@ -1,0 +1,145 @@
+"""An experiment as the analyzer follows it: a fold over its plan and its members' outcomes,
+and the comparison made of it.
+
+Pure: events in, state out, no clock. Events arrive in any order (an outcome may overtake the
+plan on a busy broker), so the state keeps outcomes until the plan names its members; an
+experiment is settled when every member of the plan has an outcome. For one member a
+completion beats a failure (it is the better-informed verdict, as in the evaluations read
+model); otherwise the first outcome is the cause and later ones are echoes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from services.analyzer.parity import compare_outputs
+from shared.messages import (
+    ComparedLatency,
+    EvaluationCompleted,
+    EvaluationFailed,
+    ExperimentComparison,
+    ExperimentGap,
+    ExperimentMember,
+    ExperimentScheduled,
+    MemberResult,
+    PairParity,
+)
+
+__all__ = ["Experiment", "ExperimentEvent", "Outcome", "compare", "evolve"]
+
+Outcome = EvaluationCompleted | EvaluationFailed
+ExperimentEvent = ExperimentScheduled | EvaluationCompleted | EvaluationFailed
+
+
+@dataclass(frozen=True)
+class Experiment:
+    experiment_id: uuid.UUID
+    plan: ExperimentScheduled | None = None
+    outcomes: Mapping[uuid.UUID, Outcome] = field(default_factory=dict)
+    # Set once the comparison is published: later events change nothing.
+    compared: bool = False
+
+    @property
+    def settled(self) -> bool:
+        return self.plan is not None and all(
+            member.evaluation_id in self.outcomes for member in self.plan.members
+        )
+
+
+def evolve(current: Experiment | None, event: ExperimentEvent) -> Experiment:
+    """The experiment after ``event``, which must name it (``experiment_id``)."""
+    if event.experiment_id is None:
+        raise ValueError(f"evaluation {event.evaluation_id} is in no experiment")
+    state = current or Experiment(event.experiment_id)
+    if state.compared:
+        return state
+    if isinstance(event, ExperimentScheduled):
+        return state if state.plan is not None else replace(state, plan=event)
+    earlier = state.outcomes.get(event.evaluation_id)
+    if earlier is None or (
+        isinstance(event, EvaluationCompleted) and isinstance(earlier, EvaluationFailed)
+    ):
+        return replace(state, outcomes={**state.outcomes, event.evaluation_id: event})
+    return state
+
+
+def compare(state: Experiment) -> ExperimentComparison:
+    """The comparison of what ``state`` holds; members without an outcome are missing."""
+    plan = state.plan
+    if plan is None:
+        raise ValueError(f"experiment {state.experiment_id} has no plan yet: nothing to compare")
+    results = [_result(m, state.outcomes.get(m.evaluation_id), plan) for m in plan.members]
+    completed = [
+        (member.evaluation_id, outcome)
+        for member in plan.members
+        if isinstance(outcome := state.outcomes.get(member.evaluation_id), EvaluationCompleted)
+    ]
+    parity = [
+        _parity(reference, candidate, plan)
+        for reference, candidate in itertools.combinations(completed, 2)
+    ]
+    failures = list(plan.skipped) + [
+        ExperimentGap(
+            reason=result.error or result.status,
+            model=result.model,
+            framework=result.framework,
+            agent_id=result.agent_id,
+            evaluation_id=result.evaluation_id,
+        )
+        for result in results
+        if result.status != "completed"
+    ]
+    return ExperimentComparison(
+        complete=state.settled,
+        reference=completed[0][0] if completed else None,
+        tolerance=plan.tolerance,
+        evaluations=results,
+        parity=parity,
+        parity_ok=all(p.within_tolerance for p in parity) if len(completed) > 1 else None,
+        failures=failures,
+    )
+
+
+def _result(
+    member: ExperimentMember, outcome: Outcome | None, plan: ExperimentScheduled
+) -> MemberResult:
+    common = member.model_dump(include=set(MemberResult.model_fields))
+    if isinstance(outcome, EvaluationCompleted):
+        summary = outcome.result
+        return MemberResult(
+            **common,
+            status="completed",
+            latency=ComparedLatency.model_validate(
+                summary.model_dump(include=set(ComparedLatency.model_fields))
+            ),
+            accuracy=summary.accuracy,
+        )
+    if isinstance(outcome, EvaluationFailed):
+        return MemberResult(**common, status="failed", error=f"{outcome.stage}: {outcome.reason}")
+    return MemberResult(
+        **common,
+        status="missing",
+        error=f"timeout: no outcome within {plan.deadline_s:g} s of the experiment being scheduled",
+    )
+
+
+def _parity(
+    reference: tuple[uuid.UUID, EvaluationCompleted],
+    candidate: tuple[uuid.UUID, EvaluationCompleted],
+    plan: ExperimentScheduled,
+) -> PairParity:
+    (reference_id, ours), (candidate_id, theirs) = reference, candidate
+    mine, other = ours.result.fingerprint, theirs.result.fingerprint
+    if mine is None or other is None:
+        missing = reference_id if mine is None else candidate_id
+        return PairParity(
+            reference=reference_id,
+            candidate=candidate_id,
+            comparable=False,
+            within_tolerance=False,
+            reason=f"evaluation {missing} recorded no output fingerprint",
+        )
+    return compare_outputs(reference_id, mine, candidate_id, other, plan.tolerance)

@@ -1,0 +1,115 @@
+"""An evaluation's result from its raw measurement: statistics with confidence intervals for
+every phase, the validity verdict with its reasons, and the harness's own overhead.
+
+The flat fields of ``LatencySummary`` (p50_ms, throughput_per_s, ...) describe the headline
+phase, the first (the only one but in a batch sweep), so tables and comparisons read one
+shape whatever the scenario. With the loadgen driver the figures are LoadGen's own, parsed
+from its summary: dlscope does not second-guess the reference tool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.measurement import LatencyStatistics, judge, summarize_result
+from shared.measurement.loadgen import LoadgenResult
+from shared.messages import EvaluationMeasured, LatencySummary, Scenario
+
+__all__ = ["summarize"]
+
+_MS = 1e-6
+
+
+def summarize(measured: EvaluationMeasured) -> LatencySummary:
+    """The result of ``measured``."""
+    scenario = measured.scenario
+    if measured.loadgen is not None:
+        return _loadgen_summary(measured, measured.loadgen, scenario)
+    run = measured.run
+    assert run is not None, "EvaluationMeasured carries a run or a loadgen result"
+    statistics = summarize_result(run)
+    verdict = judge(run, statistics, environment=measured.conditions)
+    phase, headline = run.phases[0], statistics[0]
+    return LatencySummary(
+        **_flat(headline, phase.samples_per_query),
+        first_inference_ms=phase.first_query_ns * _MS,
+        load_ms=measured.load_ns * _MS,
+        warmup_count=len(phase.warmup.latencies_ns),
+        accuracy=measured.accuracy,
+        fingerprint=measured.fingerprint,
+        scenario=scenario,
+        headline=_label(headline.headline.percentile),
+        statistics=list(statistics),
+        verdict=verdict,
+        harness_overhead_ns=phase.overhead.per_query_ns,
+        warmup={
+            "decided_by": phase.warmup.decided_by,
+            "steady": phase.warmup.steady,
+            "window_queries": phase.warmup.window_queries,
+            "window_medians_ms": [m * _MS for m in phase.warmup.window_medians_ns],
+            "threshold": phase.warmup.threshold,
+        },
+        layers=measured.layers,
+    )
+
+
+def _flat(statistics: LatencyStatistics, samples_per_query: int) -> dict[str, Any]:
+    return {
+        "count": statistics.count,
+        "batch_size": samples_per_query,
+        "mean_ms": statistics.mean_ns * _MS,
+        "std_ms": statistics.std_ns * _MS,
+        "min_ms": statistics.min_ns * _MS,
+        "max_ms": statistics.max_ns * _MS,
+        "p50_ms": statistics.percentile(0.5).value_ns * _MS,
+        "p90_ms": statistics.percentile(0.9).value_ns * _MS,
+        "p99_ms": statistics.percentile(0.99).value_ns * _MS,
+        "throughput_per_s": statistics.throughput.per_s,
+    }
+
+
+def _label(percentile: float) -> str:
+    return f"p{percentile * 100:g}"
+
+
+def _loadgen_summary(
+    measured: EvaluationMeasured, result: LoadgenResult, scenario: Scenario
+) -> LatencySummary:
+    phase = result.phases[0]
+    summary = phase.summary
+
+    def ms(key: str) -> float:
+        return float(summary.get(key, 0.0)) * _MS
+
+    # Offline reports samples/s; the latency-bound scenarios report queries/s.
+    per_s = summary.get("samples_per_second") or summary.get("qps_w_loadgen_overhead") or 0.0
+    throughput = float(per_s) * (1 if "samples_per_second" in summary else phase.samples_per_query)
+    return LatencySummary(
+        count=int(summary.get("result_count", summary.get("min_query_count", 0)) or 0),
+        batch_size=phase.samples_per_query,
+        mean_ms=ms("mean_latency_ns"),
+        std_ms=None,  # LoadGen's summary has no spread
+        min_ms=ms("min_latency_ns"),
+        max_ms=ms("max_latency_ns"),
+        p50_ms=ms("50_00_percentile_latency_ns"),
+        p90_ms=ms("90_00_percentile_latency_ns"),
+        p99_ms=ms("99_00_percentile_latency_ns"),
+        throughput_per_s=throughput,
+        first_inference_ms=phase.first_query_ns * _MS,
+        load_ms=measured.load_ns * _MS,
+        warmup_count=len(phase.warmup.latencies_ns),
+        accuracy=measured.accuracy,
+        fingerprint=measured.fingerprint,
+        scenario=scenario,
+        headline=str(summary.get("scenario", scenario.name)),
+        loadgen=[
+            {
+                "output_dir": p.output_dir,
+                "samples_per_query": p.samples_per_query,
+                "result": p.summary.get("result"),
+                "summary": p.summary,
+            }
+            for p in result.phases
+        ],
+        layers=measured.layers,
+    )

@@ -1,0 +1,109 @@
+"""How each event changes the ``experiments`` read model.
+
+``evolve_experiment`` is pure, like the other projections: the row so far plus one event
+gives the next row, with values from the event only. Events may arrive out of order (the
+plan can overtake the request when recorded by another partition), so the status only moves
+forward (requested < scheduled < failed < compared) and a late event fills what is missing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from shared.eventstore.payloads import Payload, text, uuid_of
+from shared.eventstore.views import ExperimentStatus, ExperimentView, StoredEvent
+
+__all__ = ["evolve_experiment", "experiment_key"]
+
+Changes = dict[str, Any]
+
+_RANK: dict[ExperimentStatus, int] = {"requested": 0, "scheduled": 1, "failed": 2, "compared": 3}
+
+
+def experiment_key(event: StoredEvent) -> uuid.UUID | None:
+    """The experiment an event is about, or None if it changes no experiment."""
+    if event.type not in _HANDLERS:
+        return None
+    return uuid_of(event.payload.get("experiment_id"))
+
+
+def evolve_experiment(current: ExperimentView | None, event: StoredEvent) -> ExperimentView:
+    """The experiment after ``event`` (``current`` is None for one not seen before)."""
+    key = experiment_key(event)
+    if key is None:
+        raise ValueError(f"event {event.event_id} ({event.type}) is about no experiment")
+    row = current or ExperimentView(
+        experiment_id=key,
+        status="requested",
+        model=None,
+        trace_id=event.trace_id,
+        request=None,
+        members=None,
+        skipped=None,
+        comparison=None,
+        error=None,
+        requested_at=event.occurred_at,
+        updated_at=event.occurred_at,
+        last_position=event.position,
+    )
+    changes = _HANDLERS[event.type](row, event, event.payload)
+    return replace(
+        row,
+        **changes,
+        updated_at=max(row.updated_at, event.occurred_at),
+        last_position=event.position,
+    )
+
+
+def _advance(row: ExperimentView, status: ExperimentStatus) -> ExperimentStatus:
+    return status if _RANK[status] > _RANK[row.status] else row.status
+
+
+def _requested(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
+    models = p.get("models")
+    first = models[0] if isinstance(models, list) and models else None
+    return dict(
+        request=dict(p),
+        requested_at=event.occurred_at,
+        trace_id=event.trace_id,
+        model=text(first, "model") if isinstance(first, Mapping) else None,
+        status=_advance(row, "requested"),
+    )
+
+
+def _scheduled(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
+    return dict(
+        members=_records(p.get("members")),
+        skipped=_records(p.get("skipped")),
+        status=_advance(row, "scheduled"),
+    )
+
+
+def _compared(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
+    comparison = p.get("comparison")
+    return dict(
+        comparison=dict(comparison) if isinstance(comparison, Mapping) else row.comparison,
+        status=_advance(row, "compared"),
+    )
+
+
+def _failed(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
+    return dict(error=row.error or text(p, "reason") or "", status=_advance(row, "failed"))
+
+
+def _records(value: object) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        return []
+    return [dict(item) for item in value if isinstance(item, Mapping)]
+
+
+_Handler = Callable[[ExperimentView, StoredEvent, Payload], Changes]
+_HANDLERS: dict[str, _Handler] = {
+    "experiment.requested": _requested,
+    "experiment.scheduled": _scheduled,
+    "experiment.compared": _compared,
+    "experiment.failed": _failed,
+}

@@ -1,0 +1,147 @@
+"""How an evaluation drives its model: the scenario, as it travels in requests and jobs.
+
+One flat set of fields, the same in the HTTP body, the AMQP message and on the CLI
+(``--scenario server --qps 200`` is ``{"name": "server", "target_qps": 200}``), as MLPerf
+LoadGen's TestSettings are one flat struct. ``measurement()`` turns it into the typed
+scenario the drivers run (shared.measurement), and validating a request builds it, so an
+impossible scenario (a server at 0 QPS, a latency bound of 0) is refused before any work.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from shared import measurement
+
+__all__ = ["DRIVERS", "SCENARIOS", "Driver", "Scenario", "ScenarioName"]
+
+ScenarioName = Literal["single-stream", "multi-stream", "server", "offline", "batch-sweep"]
+Driver = Literal["native", "loadgen"]
+SCENARIOS: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline", "batch-sweep")
+DRIVERS: tuple[str, ...] = ("native", "loadgen")
+
+
+class Scenario(BaseModel):
+    """The scenario and its settings; fields that do not apply to it are ignored.
+
+    - single-stream: one query at a time, the next when the previous completes; p90.
+      ``batch_size`` > 1 makes each query a batch (a one-size batch sweep).
+    - multi-stream: queries of ``samples_per_query`` samples, one at a time; p99.
+    - server: Poisson arrivals at ``target_qps`` (seeded); VALID only if p99 latency stays
+      within ``latency_bound_ms`` over ``min_duration_s`` and ``iterations`` queries.
+    - offline: every sample at once, in batches of ``batch_size``; samples/s.
+    - batch-sweep: single-stream at each of ``batch_sizes``; latency and samples/s per size.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: ScenarioName = "single-stream"
+    driver: Driver = Field(
+        default="native",
+        description="native: dlscope's drivers; loadgen: MLCommons LoadGen, which writes "
+        "mlperf_log_summary.txt and mlperf_log_detail.txt next to the result",
+    )
+    iterations: int = Field(
+        default=1024,
+        ge=1,
+        le=100_000_000,
+        description="at least this many timed queries (offline: samples)",
+    )
+    min_duration_s: float = Field(default=1.0, ge=0, description="timed phase lasts at least")
+    max_duration_s: float = Field(
+        default=60.0, gt=0, description="the timed phase stops here, minimums met or not"
+    )
+    warmup: int = Field(
+        default=32,
+        ge=0,
+        le=100_000,
+        description="queries per warm-up window; warm-up runs until two windows' medians "
+        "agree (steady state); 0: no warm-up",
+    )
+    batch_size: int = Field(default=1, ge=1, le=65_536, description="samples per query")
+    samples_per_query: int = Field(default=8, ge=1, le=65_536, description="multi-stream")
+    target_qps: float = Field(default=500.0, description="server: mean arrival rate")
+    latency_bound_ms: float = Field(default=10.0, description="server: the p99 bound")
+    batch_sizes: tuple[int, ...] = Field(default=(1, 2, 4, 8, 16, 32), description="batch-sweep")
+    seed: int = Field(default=0, ge=0, description="seeds the inputs, sample order, arrivals")
+    adaptive_half_width: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="single- and multi-stream: past the minimums, keep measuring until the "
+        "headline's 95% interval is at most this fraction of it wide (each side), or "
+        "max_duration_s",
+    )
+
+    @model_validator(mode="after")
+    def _runnable(self) -> Self:
+        try:
+            self.measurement()
+        except ValidationError as exc:
+            # The typed scenario's field names, where they differ, are the wire's.
+            renamed = {"min_query_count": "iterations", "min_sample_count": "iterations"}
+            problems = "; ".join(
+                ": ".join([*(renamed.get(str(p), str(p)) for p in error["loc"][:1]), error["msg"]])
+                for error in exc.errors()
+            )
+            raise ValueError(f"{self.name} scenario: {problems}") from None
+        return self
+
+    @property
+    def queries_per_batch(self) -> int:
+        """Samples in the first query the scenario issues (what a warm-up query takes)."""
+        if self.name == "multi-stream":
+            return self.samples_per_query
+        if self.name == "batch-sweep":
+            return self.batch_sizes[0]
+        return 1 if self.name == "server" else self.batch_size
+
+    def measurement(self) -> measurement.Scenario:
+        """The typed scenario the drivers run."""
+        warmup = (
+            measurement.WarmupSettings(max_windows=0)
+            if self.warmup == 0
+            else measurement.WarmupSettings(window_queries=self.warmup)
+        )
+        timed = {
+            "seed": self.seed,
+            "min_duration_s": self.min_duration_s,
+            "max_duration_s": self.max_duration_s,
+            "warmup": warmup,
+        }
+        adaptive = (
+            None
+            if self.adaptive_half_width is None
+            else measurement.AdaptiveStop(relative_half_width=self.adaptive_half_width)
+        )
+        if self.name == "single-stream" and self.batch_size == 1:
+            return measurement.SingleStream(
+                min_query_count=self.iterations, adaptive=adaptive, **timed
+            )
+        if self.name == "single-stream":
+            return measurement.BatchSweep(
+                batch_sizes=(self.batch_size,), min_query_count=self.iterations, **timed
+            )
+        if self.name == "multi-stream":
+            return measurement.MultiStream(
+                samples_per_query=self.samples_per_query,
+                min_query_count=self.iterations,
+                adaptive=adaptive,
+                **timed,
+            )
+        if self.name == "server":
+            return measurement.Server(
+                target_qps=self.target_qps,
+                latency_bound_ms=self.latency_bound_ms,
+                min_query_count=self.iterations,
+                **timed,
+            )
+        if self.name == "offline":
+            return measurement.Offline(
+                batch_size=self.batch_size, min_sample_count=self.iterations, **timed
+            )
+        return measurement.BatchSweep(
+            batch_sizes=self.batch_sizes, min_query_count=self.iterations, **timed
+        )
