@@ -10,7 +10,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import httpx
 import typer
@@ -34,6 +34,8 @@ from shared.messages import (
     HARDWARE,
     SCENARIOS,
     EvaluationRequested,
+    Framework,
+    Hardware,
     Scenario,
 )
 
@@ -434,22 +436,42 @@ def _scenario(
 def up(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8080,
+    framework: Annotated[
+        str,
+        typer.Option(
+            "--framework",
+            "-f",
+            help="the workers to start: frameworks separated by commas, or 'all' (every one "
+            "installed here)",
+        ),
+    ] = "onnxruntime",
 ) -> None:
     """Serve the HTTP gateway and every service in this process (in-memory broker, SQLite)."""
     import uvloop
 
-    from dlscope.embedded import embedded_settings, serve_all
+    from dlscope.embedded import embedded_settings, installed, serve_all
 
     settings = embedded_settings(Settings())
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    wanted = FRAMEWORKS if framework == "all" else tuple(framework.split(","))
+    unknown = [f for f in wanted if f not in FRAMEWORKS]
+    if unknown:
+        raise fail(f"unknown framework {unknown[0]!r}; choose from {', '.join(FRAMEWORKS)}", 2)
+    missing = {f: why for f in wanted if (why := installed(f))}
+    if framework != "all" and missing:
+        raise fail("; ".join(missing.values()), 2)
+    workers: list[tuple[Framework, Hardware]] = [
+        (cast(Framework, f), "cpu") for f in wanted if f not in missing
+    ]
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        console.print(f"dlscope up: http://{host}:{port}/docs (Ctrl-C stops)")
-        await serve_all(settings, host=host, port=port, stop=stop)
+        names = ", ".join(f for f, _ in workers)
+        console.print(f"dlscope up: http://{host}:{port}/docs, workers: {names} (Ctrl-C stops)")
+        await serve_all(settings, host=host, port=port, stop=stop, workers=workers)
 
     uvloop.run(main())
 

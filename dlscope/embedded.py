@@ -289,11 +289,18 @@ async def _until_compared(
     return trace_id
 
 
-async def serve_all(settings: Settings, *, host: str, port: int, stop: asyncio.Event) -> None:
-    """``dlscope up``: the gateway and every service, until ``stop`` is set."""
+async def serve_all(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+    workers: list[tuple[Framework, Hardware]],
+) -> None:
+    """``dlscope up``: the gateway, every service and ``workers``, until ``stop`` is set."""
     runtime = Runtime.create(settings, "dlscope")
     try:
-        async with running(all_services(runtime, [("onnxruntime", "cpu")], gateway=(host, port))):
+        async with running(all_services(runtime, workers, gateway=(host, port))):
             await stop.wait()
     finally:
         await runtime.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -10,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
+from dlscope.local import eventually, free_port
 from shared.config import REPOSITORY_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -276,3 +279,37 @@ def test_a_zoo_model_is_built_on_first_use(tmp_path: Path) -> None:
     again = dlscope(tmp_path, "run", "digits-cnn", "-n", "5")
     assert again.returncode == 0, again.stderr
     assert "building the zoo" not in again.stdout
+
+
+async def test_up_serves_the_api_with_a_worker_for_each_framework_asked_for(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
+    environment["DLSCOPE_HOME"] = str(tmp_path)
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "dlscope", "up", "--port", str(port), "-f", "onnxruntime,opencl"),
+        env=environment,
+        cwd=REPOSITORY_ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+
+            async def both_online() -> set[str] | None:
+                try:
+                    agents = (await http.get("/v1/agents")).json()
+                except httpx.HTTPError:
+                    return None  # not listening yet
+                online = {a["framework"] for a in agents if a["status"] == "online"}
+                return online if {"onnxruntime", "opencl"} <= online else None
+
+            assert await eventually(both_online, timeout=120)
+    finally:
+        process.terminate()
+        assert await asyncio.wait_for(process.wait(), 30) == 0  # a clean stop on SIGTERM
+
+    refused = dlscope(tmp_path, "up", "-f", "onnxruntime,caffe")
+    assert refused.returncode == 2
+    assert "unknown framework 'caffe'" in refused.stderr
