@@ -3,7 +3,7 @@ pre-processing (the same code for every framework), the scores are ranked, the l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -18,9 +18,10 @@ __all__ = ["batches", "measure_accuracy"]
 Predict = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 
 
-def batches(manifest: ModelManifest, dataset: Dataset, batch_size: int) -> list[np.ndarray]:
-    """The dataset, pre-processed and cut into batches the model's input takes. A model
-    with a fixed batch dimension gets exactly that many samples (the last batch padded)."""
+def batches(manifest: ModelManifest, dataset: Dataset, batch_size: int) -> Iterator[np.ndarray]:
+    """The dataset, pre-processed and cut into batches the model's input takes, one batch at
+    a time (a large dataset is never held pre-processed in memory). A model with a fixed
+    batch dimension gets exactly that many samples (the last batch padded)."""
     if len(manifest.inputs) != 1:
         raise PredictorError(
             f"{manifest.ref} takes {len(manifest.inputs)} inputs; datasets feed one-input models"
@@ -28,16 +29,14 @@ def batches(manifest: ModelManifest, dataset: Dataset, batch_size: int) -> list[
     spec = manifest.inputs[0]
     size = spec.shape[0] if spec.shape[0] != -1 else batch_size
     dtype = np.dtype(spec.element_type)
-    out = []
     for start in range(0, len(dataset), size):
         chunk = list(dataset.samples[start : start + size])
         chunk += [chunk[-1]] * (size - len(chunk))  # padding, ignored when scoring
-        out.append(np.ascontiguousarray(preprocess_batch(spec.steps, chunk), dtype=dtype))
-    return out
+        yield np.ascontiguousarray(preprocess_batch(spec.steps, chunk), dtype=dtype)
 
 
 def measure_accuracy(
-    predict: Predict, manifest: ModelManifest, dataset: Dataset, inputs: list[np.ndarray]
+    predict: Predict, manifest: ModelManifest, dataset: Dataset, inputs: Iterable[np.ndarray]
 ) -> AccuracyMeasurement:
     """Top-1 and top-5 of ``manifest``'s first output over ``inputs`` (from ``batches``)."""
     if dataset.labels is None:

@@ -330,7 +330,8 @@ class WorkerService:
             size: query_inputs(job.manifest, dataset, size, seed=job.scenario.seed)
             for size in query_sizes(scenario)
         }
-        real = [] if dataset is None else batches(job.manifest, dataset, ACCURACY_BATCH)
+        # The fingerprint's fixed input set: the dataset's first batch, made once up front.
+        first = None if dataset is None else next(batches(job.manifest, dataset, ACCURACY_BATCH))
         predictor = self._predictors.create()
         start = time.perf_counter_ns()
         predictor.open(job.manifest, path, hardware=job.hardware)
@@ -362,9 +363,14 @@ class WorkerService:
             accuracy = (
                 None
                 if dataset is None
-                else measure_accuracy(predictor.predict, job.manifest, dataset, real)
+                else measure_accuracy(
+                    predictor.predict,
+                    job.manifest,
+                    dataset,
+                    batches(job.manifest, dataset, ACCURACY_BATCH),
+                )
             )
-            fingerprint = _fingerprint(predictor.predict, job, dataset, real)
+            fingerprint = _fingerprint(predictor.predict, job, dataset, first)
             layers_wall_ns = time.time_ns()
             layers = _layer_timings(predictor, by_size[min(by_size)])
             return _Run(load_ns, native, loadgen, accuracy, fingerprint, layers, layers_wall_ns)
@@ -398,17 +404,17 @@ def _layer_timings(predictor: object, inputs: dict[str, np.ndarray]) -> list[Lay
 
 
 def _fingerprint(
-    predict: Predict, job: RunEvaluation, dataset: Dataset | None, real: list[np.ndarray]
+    predict: Predict, job: RunEvaluation, dataset: Dataset | None, first: np.ndarray | None
 ) -> OutputFingerprint:
     """The outputs on the fixed input set: the dataset's first batch, or seeded inputs."""
     manifest = job.manifest
-    if dataset is None:
+    if dataset is None or first is None:
         inputs = fingerprint_inputs(manifest)
         identity = input_identity(
             manifest, inputs, kind="synthetic", description=f"synthetic, seed {FINGERPRINT_SEED}"
         )
     else:
-        inputs = {manifest.inputs[0].name: real[0]}
+        inputs = {manifest.inputs[0].name: first}
         split = f" {dataset.split}" if dataset.split else ""
         identity = input_identity(
             manifest, inputs, kind="dataset", description=f"{dataset.ref}{split}, first batch"
