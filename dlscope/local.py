@@ -22,7 +22,7 @@ import asyncpg
 import httpx
 
 from shared.config import REPOSITORY_ROOT
-from shared.messages import FRAMEWORKS, Topology
+from shared.messages import FRAMEWORKS, HARDWARE, Topology
 
 __all__ = [
     "SERVICES",
@@ -215,7 +215,8 @@ _DURABLE_QUEUES = (
     "analyzer.experiments",
     "scheduler.requests",
     "scheduler.experiments",
-    *(f"worker.{framework}.cpu" for framework in FRAMEWORKS),
+    # The shared job queue of every framework on every kind of hardware a worker may serve.
+    *(f"worker.{framework}.{hardware}" for framework in FRAMEWORKS for hardware in HARDWARE),
 )
 
 
