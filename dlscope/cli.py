@@ -7,12 +7,10 @@ import json
 import logging
 import signal
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, cast
 
-import httpx
 import typer
 from pydantic import ValidationError
 from rich.table import Table
@@ -23,6 +21,7 @@ from dlscope.experiments_cli import (
     run_experiment,
     submit_experiment,
 )
+from dlscope.gateway_client import gateway_client, submitted, until_settled
 from dlscope.models_cli import models
 from dlscope.repeats_cli import compare_command, run_arguments, run_repeated
 from dlscope.terminal import console, fail
@@ -582,27 +581,13 @@ def submit(
         "dataset": dataset,
         "split": split,
     }
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=gateway, headers=headers, timeout=30) as client:
-        try:
-            response = client.post("/v1/evaluations", json=body)
-        except httpx.HTTPError as exc:
-            raise fail(f"cannot reach the gateway at {gateway}: {exc}", 2) from exc
-        if response.status_code != 202:
-            raise fail(
-                f"the gateway refused the evaluation ({response.status_code}): {response.text}", 2
-            )
-        accepted = response.json()
+    with gateway_client(gateway, token) as client:
+        accepted = submitted(client, gateway, "/v1/evaluations", body, "evaluation")
         console.print(f"evaluation {accepted['id']} accepted; trace: {accepted['trace_url']}")
         if not wait:
             return
         with console.status("waiting for the evaluation…"):
-            while True:
-                status = client.get(f"/v1/evaluations/{accepted['id']}")
-                if status.status_code == 200 and status.json()["status"] in TERMINAL:
-                    break
-                time.sleep(0.2)  # polling a remote HTTP API: nothing to await locally
-        evaluation = status.json()
+            evaluation = until_settled(client, f"/v1/evaluations/{accepted['id']}", TERMINAL, 0.2)
     if evaluation["status"] == "failed":
         raise fail(f"evaluation failed: {evaluation['error']}", 1)
     console.print(_summary_table({**evaluation, "model_version": evaluation["model_version"]}))

@@ -111,34 +111,15 @@ async def evaluate(settings: Settings, request: EvaluationRequested) -> Embedded
         async with running(all_services(runtime, [(request.framework, request.hardware)])):
             client = runtime.bus("cli")
             await client.start()
-            finished: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
-
-            async def on_outcome(envelope: Envelope) -> None:
-                if envelope.correlation_id == request.evaluation_id and not finished.done():
-                    finished.set_result(envelope)
-
-            await client.subscribe(
-                runtime.topology.queue("cli", uuid.uuid4().hex),
-                [
-                    Binding(runtime.topology.events, EvaluationCompleted.TYPE),
-                    Binding(runtime.topology.events, EvaluationFailed.TYPE),
-                ],
-                on_outcome,
-                durable=False,
+            trace_id = await _publish_and_wait(
+                broker,
+                runtime,
+                client,
+                request,
+                stream_id=evaluation_stream(request.evaluation_id),
+                correlation_id=request.evaluation_id,
+                outcomes=(EvaluationCompleted.TYPE, EvaluationFailed.TYPE),
             )
-            # Let the worker's announcement reach the scheduler before the request does.
-            await broker.drained()
-            with runtime.telemetry.tracer.start_as_current_span("dlscope run") as span:
-                await client.publish(
-                    Envelope.wrap(
-                        request,
-                        stream_id=evaluation_stream(request.evaluation_id),
-                        correlation_id=request.evaluation_id,
-                        producer="cli",
-                    )
-                )
-                trace_id = trace_id_hex(span.get_span_context())
-            await finished
             await broker.drained()  # the recorder has stored every event
             await client.stop()
         async with EventStore.from_url(settings.resolved_database_url) as store:
@@ -213,7 +194,15 @@ async def experiment(settings: Settings, request: ExperimentRequested) -> Embedd
                 WorkerService(runtime, framework=f, hardware=request.hardware) for f in serving
             ]
             async with running(workers):
-                trace_id = await _until_compared(broker, runtime, client, request)
+                trace_id = await _publish_and_wait(
+                    broker,
+                    runtime,
+                    client,
+                    request,
+                    stream_id=experiment_stream(request.experiment_id),
+                    correlation_id=request.experiment_id,
+                    outcomes=(ExperimentCompared.TYPE, ExperimentFailed.TYPE),
+                )
             await broker.drained()  # the recorder has stored every event
             await client.stop()
         async with EventStore.from_url(settings.resolved_database_url) as store:
@@ -255,33 +244,36 @@ async def _exports(
     return experiment_models(found.manifest, registered, request.frameworks)
 
 
-async def _until_compared(
-    broker: MemoryBroker, runtime: Runtime, client: Bus, request: ExperimentRequested
+async def _publish_and_wait(
+    broker: MemoryBroker,
+    runtime: Runtime,
+    client: Bus,
+    request: Payload,
+    *,
+    stream_id: str,
+    correlation_id: uuid.UUID,
+    outcomes: tuple[str, ...],
 ) -> str:
-    """Publish ``request`` once every worker has announced itself; wait for its outcome."""
+    """Publish ``request`` once every service and worker has started (and announced itself),
+    as one trace; return its trace id when one of the ``outcomes`` event types for it came."""
     finished: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
 
     async def on_outcome(envelope: Envelope) -> None:
-        if envelope.correlation_id == request.experiment_id and not finished.done():
+        if envelope.correlation_id == correlation_id and not finished.done():
             finished.set_result(envelope)
 
     await client.subscribe(
         runtime.topology.queue("cli", uuid.uuid4().hex),
-        [
-            Binding(runtime.topology.events, ExperimentCompared.TYPE),
-            Binding(runtime.topology.events, ExperimentFailed.TYPE),
-        ],
+        [Binding(runtime.topology.events, outcome) for outcome in outcomes],
         on_outcome,
         durable=False,
     )
-    await broker.drained()  # the scheduler knows every worker
+    # Let the workers' announcements reach the scheduler before the request does.
+    await broker.drained()
     with runtime.telemetry.tracer.start_as_current_span("dlscope run") as span:
         await client.publish(
             Envelope.wrap(
-                request,
-                stream_id=experiment_stream(request.experiment_id),
-                correlation_id=request.experiment_id,
-                producer="cli",
+                request, stream_id=stream_id, correlation_id=correlation_id, producer="cli"
             )
         )
         trace_id = trace_id_hex(span.get_span_context())

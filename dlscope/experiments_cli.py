@@ -4,16 +4,15 @@ evaluates one model on every matching framework and prints one comparison table.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import typer
 from pydantic import TypeAdapter, ValidationError
 from rich.table import Table
 
+from dlscope.gateway_client import gateway_client, submitted, until_settled
 from dlscope.terminal import console, fail
 from dlscope.zoo_cli import build_on_first_use
 from shared.config import Settings
@@ -213,17 +212,8 @@ def _exit_on_disagreement(comparison: ExperimentComparison) -> None:
 
 def submit_experiment(gateway: str, token: str | None, body: dict[str, Any], wait: bool) -> None:
     """``dlscope submit --framework all``: the experiment on a deployment, then its table."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=gateway, headers=headers, timeout=30) as client:
-        try:
-            response = client.post("/v1/experiments", json=body)
-        except httpx.HTTPError as exc:
-            raise fail(f"cannot reach the gateway at {gateway}: {exc}", 2) from exc
-        if response.status_code != 202:
-            raise fail(
-                f"the gateway refused the experiment ({response.status_code}): {response.text}", 2
-            )
-        accepted = response.json()
+    with gateway_client(gateway, token) as client:
+        accepted = submitted(client, gateway, "/v1/experiments", body, "experiment")
         models = ", ".join(ref["model"] for ref in accepted["models"])
         console.print(
             f"experiment {accepted['id']} accepted ({models}); trace: {accepted['trace_url']}",
@@ -232,12 +222,7 @@ def submit_experiment(gateway: str, token: str | None, body: dict[str, Any], wai
         if not wait:
             return
         with console.status("waiting for every member and the comparison…"):
-            while True:
-                status = client.get(f"/v1/experiments/{accepted['id']}")
-                if status.status_code == 200 and status.json()["status"] in TERMINAL:
-                    break
-                time.sleep(0.5)  # polling a remote HTTP API: nothing to await locally
-        experiment = status.json()
+            experiment = until_settled(client, f"/v1/experiments/{accepted['id']}", TERMINAL, 0.5)
     if experiment["status"] == "failed":
         raise fail(f"experiment failed: {experiment['error']}", 1)
     comparison = ExperimentComparison.model_validate(experiment["comparison"])
