@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from services.recorder import RecorderService
 from services.registry import RegistryService
 from services.scheduler import SchedulerService
 from services.workers import WorkerService
-from services.workers.predictors import predictor_factory
+from services.workers.predictors import framework_module
 from shared.config import Settings
 from shared.errors import ConfigurationError, DlscopeError, ModelNotFound
 from shared.eventstore import EventStore
@@ -151,11 +152,14 @@ class EmbeddedExperiment:
 
 
 def installed(framework: str) -> str | None:
-    """None when ``framework``'s predictor imports here (the framework with it), else why."""
+    """None when ``framework``'s module is installed here, else why. Looked up, not imported:
+    the frameworks run in their workers' own processes, never in this one."""
     try:
-        predictor_factory(framework).version()
-    except (DlscopeError, ImportError) as exc:
+        module = framework_module(framework)
+    except DlscopeError as exc:
         return str(exc)
+    if importlib.util.find_spec(module) is None:
+        return f"framework {framework!r} is not installed here (no module {module!r})"
     return None
 
 
@@ -190,9 +194,7 @@ async def experiment(settings: Settings, request: ExperimentRequested) -> Embedd
                     "models": [ModelRef(model=m.name, version=f"=={m.version}") for m in runnable]
                 }
             )
-            workers = [
-                WorkerService(runtime, framework=f, hardware=request.hardware) for f in serving
-            ]
+            workers = await _framework_workers(runtime, serving, request.hardware, not_installed)
             async with running(workers):
                 trace_id = await _publish_and_wait(
                     broker,
@@ -218,6 +220,26 @@ async def experiment(settings: Settings, request: ExperimentRequested) -> Embedd
         )
     finally:
         await runtime.close()
+
+
+async def _framework_workers(
+    runtime: Runtime, frameworks: list[Framework], hardware: Hardware, broken: dict[str, str]
+) -> list[WorkerService]:
+    """A worker for each of ``frameworks`` whose framework process starts (its framework
+    imports here; all of them at once); those that do not are added to ``broken`` with the
+    reason."""
+    workers = [WorkerService(runtime, framework=f, hardware=hardware) for f in frameworks]
+    started = await asyncio.gather(*(w.process.start() for w in workers), return_exceptions=True)
+    serving = []
+    for worker, outcome in zip(workers, started, strict=True):
+        if isinstance(outcome, DlscopeError):
+            broken[worker.framework] = str(outcome)
+            await worker.process.close()
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            serving.append(worker)
+    return serving
 
 
 async def _exports(

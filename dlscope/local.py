@@ -129,6 +129,10 @@ class Deployment:
         arguments = {"gateway": ["--port", str(self.port)]}
         self._spawn(service, service, arguments.get(service, []))
 
+    def start_worker(self, name: str, framework: str, agent_id: str) -> None:
+        """One more worker process, ``name``, with a known agent id (to find it again)."""
+        self._spawn(name, "workers", ["--framework", framework, "--agent-id", agent_id])
+
     def _spawn(self, name: str, service: str, arguments: list[str]) -> None:
         # The child keeps its own descriptor of the log; ours is closed at once.
         with (self.workdir / f"{name}.log").open("ab") as log:

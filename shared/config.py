@@ -42,8 +42,13 @@ class Settings(BaseSettings):
     # The longest an evaluation may take from being scheduled to its outcome; then it is
     # failed ("timeout"), so none waits forever for a worker that died.
     evaluation_timeout_s: float = Field(default=3600.0, gt=0)
-    # Attempts at a message whose handler fails transiently before it is dead-lettered.
-    max_delivery_attempts: int = 3
+    # The longest one job may keep a worker's framework process busy (load, warm-up, timed
+    # queries, accuracy); then the process is killed and the job fails naming the hang.
+    # Below the evaluation timeout, so a hang is reported as what it is.
+    framework_deadline_s: float = Field(default=3000.0, gt=0)
+    # Attempts at a message whose handler fails transiently, or whose worker died running it,
+    # before it is dead-lettered (and, for a job, its evaluation failed with the reason).
+    max_delivery_attempts: int = Field(default=3, ge=1)
     prefetch: int = 16
     # Recorder processes, each owning the streams hashed to its queue (``--partition i``).
     # One keeps the single ``<ns>.recorder`` queue; more need RabbitMQ's consistent-hash plugin.

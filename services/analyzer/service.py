@@ -6,8 +6,12 @@ experiment scheduled + every member completed or failed -> experiment compared
 experiment scheduled + deadline passed                  -> experiment compared (incomplete)
 
 Experiments are followed in memory, from a durable queue: one analyzer process assembles
-them. The comparison's event id is derived from the experiment id, so whichever event
-triggers it (the last outcome, a redelivery, the deadline) it is stored once.
+them. What it had taken from that queue before a restart is in the event store: on start,
+before it follows the queue again, it reads every experiment still in flight (scheduled, not
+yet compared) back from the log, folds its plan and its members' outcomes again and re-arms
+its deadline; the queue then brings what came meanwhile (an event seen both ways folds
+once). The comparison's event id is derived from the experiment id, so whichever event
+triggers it (the last outcome, a redelivery, the deadline, a restart) it is stored once.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from datetime import UTC, datetime
 
 from services.analyzer.experiments import Experiment, compare, evolve
 from services.analyzer.summary import summarize
+from shared.eventstore import EventStore, ExperimentView
 from shared.messages import (
     Envelope,
     EvaluationCompleted,
@@ -25,6 +31,7 @@ from shared.messages import (
     EvaluationMeasured,
     ExperimentCompared,
     ExperimentScheduled,
+    evaluation_stream,
     experiment_stream,
 )
 from shared.messaging import Binding
@@ -39,11 +46,14 @@ class AnalyzerService:
     name = "analyzer"
 
     def __init__(self, runtime: Runtime) -> None:
+        self._settings = runtime.settings
         self._bus = runtime.bus(self.name)
+        self._store: EventStore | None = None
         self._experiments: dict[uuid.UUID, Experiment] = {}
         self._deadlines: dict[uuid.UUID, asyncio.Task[None]] = {}
 
     async def start(self) -> None:
+        self._store = EventStore.from_url(self._settings.resolved_database_url)
         await self._bus.start()
         events = self._bus.topology.events
         await self._bus.subscribe(
@@ -51,6 +61,7 @@ class AnalyzerService:
             [Binding(events, EvaluationMeasured.TYPE)],
             self._analyze,
         )
+        await self._recover(self._store)
         await self._bus.subscribe(
             self._bus.topology.queue(self.name, "experiments"),
             [
@@ -65,6 +76,54 @@ class AnalyzerService:
         for deadline in self._deadlines.values():
             deadline.cancel()
         await self._bus.stop()
+        if self._store is not None:
+            await self._store.close()
+
+    def experiment(self, experiment_id: uuid.UUID) -> Experiment | None:
+        """The experiment as followed here, if it is."""
+        return self._experiments.get(experiment_id)
+
+    @property
+    def following(self) -> set[uuid.UUID]:
+        """The experiments followed here and not compared yet."""
+        return {key for key, state in self._experiments.items() if not state.compared}
+
+    async def _recover(self, store: EventStore) -> None:
+        """Follow again every experiment in flight, as the event store has it."""
+        page, offset = 200, 0
+        while views := await store.list_experiments(status="scheduled", limit=page, offset=offset):
+            for view in views:
+                await self._recover_experiment(store, view)
+            offset += page
+
+    async def _recover_experiment(self, store: EventStore, view: ExperimentView) -> None:
+        key = view.experiment_id
+        members = [uuid.UUID(str(m["evaluation_id"])) for m in view.members or []]
+        streams = [experiment_stream(key), *(evaluation_stream(m) for m in members)]
+        state, scheduled = self._experiments.get(key), None
+        for stored in await store.read_streams(streams):
+            envelope = stored.envelope()
+            event = envelope.typed()
+            if isinstance(event, ExperimentScheduled) and event.experiment_id == key:
+                scheduled = envelope
+            elif not isinstance(event, EvaluationCompleted | EvaluationFailed):
+                continue
+            elif event.experiment_id is None:  # an outcome that does not say: the plan does
+                event = event.model_copy(update={"experiment_id": key})
+            elif event.experiment_id != key:
+                continue
+            state = evolve(state, event)
+        if state is None or scheduled is None:
+            return
+        self._experiments[key] = state
+        if state.compared:
+            return
+        if state.settled:
+            await self._compare(state, scheduled)
+        elif key not in self._deadlines and state.plan is not None:
+            elapsed = (datetime.now(UTC) - scheduled.occurred_at).total_seconds()
+            self._watch(state.plan, scheduled, after=state.plan.deadline_s - elapsed)
+        log.info("experiment %s followed again after a restart", key)
 
     async def _analyze(self, envelope: Envelope) -> None:
         measured = envelope.open(EvaluationMeasured)
@@ -89,11 +148,11 @@ class AnalyzerService:
         if state.settled:
             await self._compare(state, envelope)
         elif isinstance(event, ExperimentScheduled) and event.experiment_id not in self._deadlines:
-            self._watch(event, envelope)
+            self._watch(event, envelope, after=event.deadline_s)
 
-    def _watch(self, plan: ExperimentScheduled, scheduled: Envelope) -> None:
+    def _watch(self, plan: ExperimentScheduled, scheduled: Envelope, *, after: float) -> None:
         async def expire() -> None:
-            await asyncio.sleep(plan.deadline_s)
+            await asyncio.sleep(max(after, 0.0))
             self._deadlines.pop(plan.experiment_id, None)
             state = self._experiments.get(plan.experiment_id)
             if state is None or state.compared:

@@ -52,7 +52,15 @@ class EvaluationOut(BaseModel):
     model_version: str | None = Field(description="the constraint asked for, then the version run")
     framework: str | None
     hardware: str | None
-    agent_id: str | None
+    agent_id: str | None = Field(description="the agent of the latest attempt")
+    host: str | None = Field(description="the host of the latest attempt, once started")
+    attempts: int = Field(
+        description="attempts at the job so far: more than 1 when a worker died running it "
+        "and another took it up (every attempt is in the events)"
+    )
+    environment: dict[str, Any] | None = Field(
+        description="what the latest attempt ran in: versions, CPU, load (at its start)"
+    )
     trace_id: str
     trace_url: str
     requested_at: datetime

@@ -70,6 +70,10 @@ class AgentDirectory:
         elif (agent := self._agents.get(event.agent_id)) is not None:
             self._agents[event.agent_id] = replace(agent, departed=True, busy=False)
 
+    def known(self) -> list[Agent]:
+        """Every agent heard of, online or not."""
+        return sorted(self._agents.values(), key=lambda a: a.agent_id)
+
     def online(self, now: float) -> list[Agent]:
         return sorted(
             (a for a in self._agents.values() if not a.departed and not self._silent(a, now)),

@@ -7,6 +7,10 @@ experiment requested -> resolve its models -> plan: one member per matching onli
           -> experiment scheduled + one evaluation requested per member, pinned to its agent
           -> or experiment failed, when no member can run
 agent silent for DLSCOPE_AGENT_MISSED_HEARTBEATS heartbeats -> agent offline, once
+agent offline while running a job -> evaluation failed ("agent") at once when the job was
+          pinned to it or no other agent of its kind is online; else the broker gives the
+          job to another agent: failed only if no next attempt starts within the grace period
+          (the missed-heartbeats window, longer while every such agent is busy)
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import uuid
 
 from services.scheduler.agents import AgentDirectory
 from services.scheduler.experiments import Resolved, plan_experiment
+from services.scheduler.losses import Losses
+from services.scheduler.running import RunningJobs
 from shared.errors import ConfigurationError
 from shared.manifests import DatasetManifest, Manifest, ModelManifest
 from shared.measurement import check_sample_count
@@ -34,6 +40,7 @@ from shared.messages import (
     EvaluationFailed,
     EvaluationRequested,
     EvaluationScheduled,
+    EvaluationStarted,
     ExperimentFailed,
     ExperimentRequested,
     ExperimentScheduled,
@@ -63,6 +70,10 @@ class SchedulerService:
         self._bus = runtime.bus(self.name)
         self.agents = AgentDirectory(missed_heartbeats=runtime.settings.agent_missed_heartbeats)
         self._deadlines: dict[uuid.UUID, asyncio.Task[None]] = {}
+        self.jobs = RunningJobs()
+        self._losses = Losses(
+            self.jobs, self.agents, self._bus, runtime.settings, producer=self.name
+        )
         # Offline declarations sent by this instance: their echo must not undo a heartbeat
         # that arrived in between.
         self._declared: set[uuid.UUID] = set()
@@ -93,8 +104,13 @@ class SchedulerService:
         )
         await self._bus.subscribe(
             self._bus.topology.queue(self.name, "outcomes", instance),
-            [Binding(events, EvaluationCompleted.TYPE), Binding(events, EvaluationFailed.TYPE)],
-            self._settled,
+            [
+                Binding(events, EvaluationScheduled.TYPE),
+                Binding(events, EvaluationStarted.TYPE),
+                Binding(events, EvaluationCompleted.TYPE),
+                Binding(events, EvaluationFailed.TYPE),
+            ],
+            self._follow_job,
             durable=False,
         )
         await self._bus.publish(
@@ -114,6 +130,7 @@ class SchedulerService:
                 await self._sweeper
         for deadline in self._deadlines.values():
             deadline.cancel()
+        self._losses.close()
         await self._bus.stop()
 
     @property
@@ -121,10 +138,24 @@ class SchedulerService:
         """The evaluations scheduled here and still waiting for their outcome."""
         return set(self._deadlines)
 
-    async def _settled(self, envelope: Envelope) -> None:
-        deadline = self._deadlines.pop(envelope.correlation_id, None)
-        if deadline is not None:
-            deadline.cancel()
+    @property
+    def waiting(self) -> set[uuid.UUID]:
+        """The evaluations whose agent was lost, waiting for another to take the job up."""
+        return self._losses.waiting
+
+    async def _follow_job(self, envelope: Envelope) -> None:
+        event = envelope.typed()
+        if isinstance(event, EvaluationScheduled):
+            self.jobs.scheduled(event)
+        elif isinstance(event, EvaluationStarted):
+            if self.jobs.started(event, envelope.event_id) is not None:
+                self._losses.taken_up(event.evaluation_id)
+        elif isinstance(event, EvaluationCompleted | EvaluationFailed):
+            self.jobs.settled(event.evaluation_id)
+            self._losses.taken_up(event.evaluation_id)
+            deadline = self._deadlines.pop(envelope.correlation_id, None)
+            if deadline is not None:
+                deadline.cancel()
 
     def _watch(self, scheduled: Envelope) -> None:
         """Fail the evaluation if it has no outcome in time (its worker may have died)."""
@@ -163,6 +194,10 @@ class SchedulerService:
         event = envelope.typed()
         if isinstance(event, AgentOnline | AgentHeartbeat | AgentOffline):
             self.agents.observe(event, time.monotonic(), event_id=envelope.event_id)
+        if isinstance(event, AgentOffline):
+            await self._losses.agent_lost(event.agent_id, event.reason)
+        elif isinstance(event, AgentOnline | AgentHeartbeat):
+            self._losses.agent_found(event.agent_id)
 
     async def _sweep(self) -> None:
         """Declare offline, once, every agent that missed its heartbeats."""
@@ -198,6 +233,7 @@ class SchedulerService:
             self._declared.add(envelope.event_id)
             await self._bus.publish(envelope)
             log.warning("agent %s is offline: %s", agent.agent_id, offline.reason)
+            await self._losses.agent_lost(agent.agent_id, offline.reason)
 
     async def _schedule(self, envelope: Envelope) -> None:
         request = envelope.open(EvaluationRequested)
@@ -260,6 +296,7 @@ class SchedulerService:
                     hardware=request.hardware,
                     agent_id=agent_id,
                     candidates=[a.agent_id for a in candidates],
+                    experiment_id=request.experiment_id,
                 ),
                 producer=self.name,
             )

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "Gpu",
     "capabilities",
     "environment",
+    "framework_build",
     "gpus",
     "host_name",
 ]
@@ -189,8 +191,9 @@ def _torch_build() -> dict[str, Any]:
     }
 
 
-def _framework_build(framework: str) -> dict[str, Any]:
-    """torch's build and threads, when the worker has torch loaded (never imported here)."""
+def framework_build(framework: str) -> dict[str, Any]:
+    """torch's build and threads, when this process has torch loaded (never imported here):
+    read in the framework process, which sends it to the worker."""
     torch: Any = sys.modules.get("torch")
     if framework != "pytorch" or torch is None:
         return {}
@@ -225,19 +228,21 @@ class _CpuUse:
         # pid -> (process start time, CPU seconds used): the start time tells a reused pid.
         self._used: dict[int, tuple[float, float]] = {}
 
-    def look(self) -> tuple[float | None, list[dict[str, Any]]]:
+    def look(self, ours: Collection[int] = ()) -> tuple[float | None, list[dict[str, Any]]]:
         """The window in seconds and the processes over ``HEAVY_CPU_PERCENT`` in it, busiest
         first; a window of None when there is none long enough to tell."""
         now = time.monotonic()
         window = None if self._seen_at is None else now - self._seen_at
         if window is not None and window < _SHORTEST_WINDOW_S:
             return None, []  # the reading kept stays, so the next window is long enough
-        own = os.getpid()
+        # Our own processes are not "other" load: the framework processes this one started
+        # (busy with the previous evaluation in the window) included.
+        own = {os.getpid(), *ours}
         used: dict[int, tuple[float, float]] = {}
         heavy = []
         for process in psutil.process_iter(["name", "cpu_times", "create_time"]):
             times, started = process.info["cpu_times"], process.info["create_time"]
-            if process.pid == own or times is None or started is None:
+            if process.pid in own or times is None or started is None:
                 continue  # ourselves, or a process we may not read
             seconds = times.user + times.system
             used[process.pid] = (started, seconds)
@@ -287,20 +292,28 @@ def capabilities() -> dict[str, Any]:
     return _machine()
 
 
-def environment(framework: dict[str, Any], *, seed: int) -> dict[str, Any]:
+def environment(
+    framework: dict[str, Any],
+    *,
+    seed: int,
+    build: dict[str, Any] | None = None,
+    ours: Collection[int] = (),
+) -> dict[str, Any]:
     """Everything needed to reproduce or question a measurement, read at its start.
 
     ``framework`` is the predictor's description (``framework``, ``framework_version``);
-    ``seed`` seeds the evaluation's generated inputs.
+    ``seed`` seeds the evaluation's generated inputs; ``build`` is ``framework_build`` as
+    the framework process read it (by default, as this process sees it); ``ours`` are the
+    framework processes of this process's workers, which are not "other" heavy processes.
     """
     load1, load5, load15 = os.getloadavg()
-    window, heavy = _cpu_use.look()
+    window, heavy = _cpu_use.look(ours)
     name = str(framework.get("framework", ""))
     return {
         **_machine(),
         **framework,
         "libraries": _libraries(name),
-        **_framework_build(name),
+        **(framework_build(name) if build is None else build),
         "python": sys.version.split()[0],
         "platform": _platform(),
         "cpu_governor": _governor(),

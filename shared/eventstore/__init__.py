@@ -2,9 +2,9 @@
 
 Run ``await upgrade(url)`` once (it creates or migrates the tables), then open an
 ``EventStore.from_url(url)``: ``append`` records envelopes idempotently, and the read methods
-answer from the log (``stream_events``, ``read_all``) or its projections (``get_evaluation``,
-``list_evaluations``, ``list_agents``, ``list_artifacts``, ``get_experiment``,
-``list_experiments``).
+answer from the log (``stream_events``, ``read_streams``, ``read_all``) or its projections
+(``get_evaluation``, ``list_evaluations``, ``list_agents``, ``list_artifacts``,
+``get_experiment``, ``list_experiments``).
 """
 
 from shared.eventstore.migrate import current_revision, head_revision, upgrade

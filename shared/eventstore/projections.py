@@ -8,10 +8,13 @@ rows again.
 
 Events arrive out of order (the analyzer's completion can overtake the worker's start), so:
 an evaluation's status only moves forward (requested < scheduled < running < failed <
-completed; failed is terminal, but a completion is the better-informed verdict); an agent's
-status follows the newest event by ``occurred_at``; and a late event still fills details
-that are missing. Payloads are read leniently: a field that is absent or of the wrong type is
-treated as unknown rather than failing the append that carries it.
+completed; failed is terminal, but a completion is the better-informed verdict), and once
+terminal no start or measurement moves it back; the first completion's result is the one
+kept (a second, from a job delivered again, stays in the log); an evaluation's agent, host
+and environment are those of its highest attempt, whatever order the attempts' events come
+in; an agent's status follows the newest event by ``occurred_at``; and a late event still
+fills details that are missing. Payloads are read leniently: a field that is absent or of the
+wrong type is treated as unknown rather than failing the append that carries it.
 
 ``project`` applies a batch of just-stored events inside the append's (or rebuild's)
 transaction, in position order (the order a rebuild replays them in): one read of the rows
@@ -88,6 +91,9 @@ def evolve_evaluation(current: EvaluationView | None, event: StoredEvent) -> Eva
         framework=None,
         hardware=None,
         agent_id=None,
+        host=None,
+        environment=None,
+        attempts=0,
         trace_id=event.trace_id,
         request=None,
         result=None,
@@ -139,25 +145,49 @@ def _scheduled(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
 
 
 def _started(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
-    return dict(
-        agent_id=text(p, "agent_id") or row.agent_id,
-        status=_advance(row, "running"),
-    )
+    attempt = _attempt(p)
+    changes: Changes = dict(attempts=max(row.attempts, attempt), status=_advance(row, "running"))
+    # An attempt's start describes the evaluation unless a later attempt is already known
+    # (its start, or its measurement, overtook this one).
+    if attempt >= row.attempts:
+        environment = p.get("environment")
+        changes.update(
+            agent_id=text(p, "agent_id") or row.agent_id,
+            host=text(p, "host"),
+            environment=dict(environment) if isinstance(environment, Mapping) else None,
+        )
+    return changes
 
 
 def _measured(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+    attempt = _attempt(p)
+    if attempt > row.attempts:
+        # A later attempt than any start seen: its agent, whose host its start will tell.
+        return dict(
+            attempts=attempt,
+            agent_id=text(p, "agent_id") or row.agent_id,
+            host=None,
+            environment=None,
+            status=_advance(row, "running"),
+        )
     return dict(
         agent_id=row.agent_id or text(p, "agent_id"),
         status=_advance(row, "running"),
     )
 
 
+def _attempt(p: Payload) -> int:
+    # Messages from before attempts were counted are the first attempt.
+    value = number(p, "attempt")
+    return int(value) if value is not None and value >= 1 else 1
+
+
 def _completed(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
     result = p.get("result")
-    return dict(
-        result=dict(result) if isinstance(result, Mapping) else row.result,
-        status=_advance(row, "completed"),
-    )
+    if row.status == "completed" or not isinstance(result, Mapping):
+        # The first completion stands: what the user and the experiment saw does not change.
+        return dict(status=_advance(row, "completed"))
+    return dict(result=dict(result), status=_advance(row, "completed"))
 
 
 def _failed(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:

@@ -117,7 +117,11 @@ evaluations = Table(
     Column("model_version", Text),
     Column("framework", Text),
     Column("hardware", Text),
+    # The latest attempt's agent, host and environment, and the number of attempts.
     Column("agent_id", Text),
+    Column("host", Text),
+    Column("environment", _json()),
+    Column("attempts", Integer, nullable=False, server_default="0"),
     Column("trace_id", Text, nullable=False),
     Column("request", _json()),
     Column("result", _json()),

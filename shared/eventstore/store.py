@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
@@ -243,6 +243,22 @@ class EventStore:
         query = select(_events).where(_events.c.stream_id == stream_id).order_by(_events.c.version)
         with self._errors():
             async with self._engine.connect() as connection:
+                rows = (await connection.execute(query)).mappings().all()
+        return [_from_row(row) for row in rows]
+
+    async def read_streams(self, stream_ids: Collection[str]) -> list[StoredEvent]:
+        """The events of several streams (e.g. an experiment and its members'), in position
+        order: the order they were recorded in."""
+        if not stream_ids:
+            return []
+        with self._errors():
+            async with self._engine.connect() as connection:
+                column = _events.c.stream_id
+                query = (
+                    select(_events)
+                    .where(one_of(connection.dialect.name, column, set(stream_ids)))
+                    .order_by(_events.c.position)
+                )
                 rows = (await connection.execute(query)).mappings().all()
         return [_from_row(row) for row in rows]
 

@@ -86,7 +86,14 @@ class EvaluationView:
     model_version: str | None
     framework: str | None
     hardware: str | None
+    # The agent of the latest attempt (the pinned one, until an attempt starts).
     agent_id: str | None
+    # Where and in what the latest attempt runs: evaluation.started's host and environment.
+    host: str | None
+    environment: dict[str, Any] | None
+    # Attempts at the job so far (0 until it starts; more when a worker died mid-job and the
+    # job was delivered again); earlier attempts stay in the event history.
+    attempts: int
     trace_id: str
     # The evaluation.requested payload, as sent.
     request: dict[str, Any] | None

@@ -90,15 +90,28 @@ class Envelope(BaseModel):
             payload=payload.model_dump(mode="json"),
         )
 
-    def caused(self, payload: Payload, *, stream_id: str | None = None, producer: str) -> Envelope:
+    def caused(
+        self,
+        payload: Payload,
+        *,
+        stream_id: str | None = None,
+        producer: str,
+        key: str | None = None,
+    ) -> Envelope:
         """A new message caused by this one, in the same correlation (and by default stream).
 
         Its event id is derived from this message's id and the new type, so a handler that
         runs twice for one message (a redelivery after a crash) emits the same ids, and the
-        event store keeps one copy.
+        event store keeps one copy. Where one message rightly causes an event of one type
+        more than once, ``key`` names which (the id is derived from ``"<type>#<key>"``):
+        a job delivered again after its worker died is a second attempt, not a duplicate,
+        so a worker passes ``key=f"attempt-{n}"`` for attempts after the first and the store
+        keeps every attempt's events, while a redelivery of one attempt's message still
+        gives the same ids.
         """
+        name = payload.TYPE if key is None else f"{payload.TYPE}#{key}"
         return Envelope(
-            event_id=uuid.uuid5(self.event_id, payload.TYPE),
+            event_id=uuid.uuid5(self.event_id, name),
             type=payload.TYPE,
             schema_version=payload.SCHEMA,
             stream_id=stream_id or self.stream_id,

@@ -2,7 +2,8 @@
 
     evaluation.requested   gateway, CLI or a direct AMQP publisher
     evaluation.scheduled   scheduler: a model version and an agent were chosen
-    evaluation.started     worker: the job was taken, with the environment it runs in
+    evaluation.started     worker: the job was taken, with the environment it runs in; once per
+                           attempt (a job whose worker died is delivered again, attempt 2, …)
     evaluation.measured    worker: raw per-query latencies (kept so statistics can be recomputed)
     evaluation.completed   analyzer: the statistics
     evaluation.failed      whoever hit the problem, with the stage and the reason
@@ -50,7 +51,11 @@ __all__ = [
 Framework = FrameworkName
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 HARDWARE: tuple[str, ...] = get_args(Hardware)
-FailureStage = Literal["validation", "scheduling", "artifact", "predictor", "analysis", "timeout"]
+# "agent": the worker running the job went away (killed, its host lost) and no other agent
+# took the job up again; apart from "predictor", where the worker lived to report the crash.
+FailureStage = Literal[
+    "validation", "scheduling", "artifact", "predictor", "agent", "analysis", "timeout"
+]
 
 
 def evaluation_stream(evaluation_id: uuid.UUID) -> str:
@@ -89,6 +94,7 @@ class EvaluationScheduled(Payload):
     hardware: Hardware
     agent_id: str | None = Field(description="the agent pinned to, or None for any match")
     candidates: list[str] = Field(description="agents that could take the job")
+    experiment_id: uuid.UUID | None = None
 
 
 class RunEvaluation(Payload):
@@ -108,12 +114,19 @@ class RunEvaluation(Payload):
 
 
 class EvaluationStarted(Payload):
+    """A worker took the job. A job whose worker died is delivered again, to another worker
+    of its kind: each delivery is an attempt and starts with its own ``evaluation.started``
+    (attempts after the first derive their event ids with ``Envelope.caused(...,
+    key=f"attempt-{n}")``, or the store drops them as duplicates), so the log keeps
+    where and in which environment every attempt ran; the latest attempt is the evaluation's."""
+
     TYPE = "evaluation.started"
 
     evaluation_id: uuid.UUID
     agent_id: str
     host: str
     environment: dict[str, Any]
+    attempt: int = Field(default=1, ge=1, description="1 for the first delivery of the job")
 
 
 class EvaluationMeasured(Payload):
@@ -141,6 +154,7 @@ class EvaluationMeasured(Payload):
         default=None, description="the outputs on a fixed input set, for parity comparisons"
     )
     experiment_id: uuid.UUID | None = None
+    attempt: int = Field(default=1, ge=1, description="the attempt that measured this")
 
     @model_validator(mode="after")
     def _one_run(self) -> Self:
@@ -237,11 +251,18 @@ class EvaluationFailed(Payload):
 
 
 def failure_caused_by(
-    envelope: Envelope, *, stage: FailureStage, reason: str, producer: str
+    envelope: Envelope,
+    *,
+    stage: FailureStage,
+    reason: str,
+    producer: str,
+    key: str | None = None,
 ) -> Envelope | None:
     """The ``evaluation.failed`` event for a message about an evaluation that could not be
     handled; None when the message names no evaluation (it may be the reason it failed).
-    The experiment the message names, if any, is named too: its comparison waits for it."""
+    The experiment the message names, if any, is named too: its comparison waits for it.
+    ``key`` tells apart failures one message may cause more than once (see
+    ``Envelope.caused``), e.g. one per attempt at a job."""
     try:
         evaluation_id = uuid.UUID(str(envelope.payload.get("evaluation_id")))
     except ValueError:
@@ -254,4 +275,4 @@ def failure_caused_by(
     failed = EvaluationFailed(
         evaluation_id=evaluation_id, stage=stage, reason=reason, experiment_id=experiment_id
     )
-    return envelope.caused(failed, producer=producer)
+    return envelope.caused(failed, producer=producer, key=key)

@@ -406,6 +406,7 @@ def _delivery(message: AbstractIncomingMessage) -> Delivery:
         correlation_id=message.correlation_id,
         reply_to=message.reply_to,
         attempt=_attempt(headers.get(ATTEMPT_HEADER)),
+        redelivered=bool(message.redelivered),
     )
 
 

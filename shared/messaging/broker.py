@@ -14,7 +14,8 @@ What every adapter guarantees:
   it to the dead-letter exchange under its original routing key with the reason in the
   ``x-dlscope-reason`` header, then removes it. The adapter settles only after the consumer
   returns, so an effect committed by the consumer is never lost to an early ack.
-- A message left unsettled when a consumer goes away (crash, cancel) is delivered again.
+- A message left unsettled when a consumer goes away (crash, cancel) is delivered again,
+  flagged ``redelivered``.
 - Partitions (``declare_partitions``): a consistent-hash exchange, as RabbitMQ's
   ``rabbitmq_consistent_hash_exchange`` plugin has it, sends each message to exactly one of
   its queues, chosen by hashing one header: the same value always lands in the same queue.
@@ -88,6 +89,9 @@ class Delivery:
     reply_to: str | None = None
     # 1 on the first delivery; RETRY increments it.
     attempt: int = 1
+    # Delivered before to a consumer that went away without settling it (it died, or its
+    # connection dropped): RabbitMQ's redelivered flag.
+    redelivered: bool = False
 
 
 @dataclass(frozen=True)

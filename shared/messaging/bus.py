@@ -8,6 +8,7 @@ continues the publisher's trace, and the handler runs inside it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -28,7 +29,7 @@ from shared.messaging.broker import (
 from shared.messaging.policy import verdict_for
 from shared.telemetry import Telemetry, inject, parent_context
 
-__all__ = ["Bus", "DeadLetterHook", "Handler"]
+__all__ = ["Bus", "DeadLetterHook", "Handler", "current_delivery"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,13 @@ Handler = Callable[[Envelope], Awaitable[Envelope | None]]
 # Told when a readable message is about to be dead-lettered, with the reason, so the service
 # can record the failure (e.g. fail the evaluation) instead of leaving it half-done.
 DeadLetterHook = Callable[[Envelope, str], Awaitable[None]]
+
+_delivery: contextvars.ContextVar[Delivery] = contextvars.ContextVar("dlscope_delivery")
+
+
+def current_delivery() -> Delivery:
+    """The delivery the running handler was called for (its attempt, for one)."""
+    return _delivery.get()
 
 
 class Bus:
@@ -133,8 +141,16 @@ class Bus:
         durable: bool = True,
         prefetch: int | None = None,
         on_dead_letter: DeadLetterHook | None = None,
+        count_redeliveries: bool = False,
     ) -> Subscription:
+        """Consume ``queue`` with ``handler``. With ``count_redeliveries``, a message whose
+        consumer went away without settling it (a worker killed mid-job) counts as an attempt:
+        it goes back to the queue's tail as the next attempt, and past the last one it is
+        dead-lettered (``on_dead_letter`` told why) rather than handed out forever."""
+
         async def consume(delivery: Delivery) -> Verdict:
+            if count_redeliveries and delivery.redelivered:
+                return await self._interrupted(delivery, on_dead_letter)
             return await self._dispatch(delivery, handler, on_dead_letter)
 
         subscription = await self.broker.consume(
@@ -187,9 +203,31 @@ class Bus:
             future.set_result(envelope)
         return Verdict(Outcome.ACK)
 
+    async def _interrupted(
+        self, delivery: Delivery, on_dead_letter: DeadLetterHook | None
+    ) -> Verdict:
+        reason = (
+            f"attempt {delivery.attempt} was interrupted: whoever was handling it went away "
+            "without finishing (killed, or cut off from the broker)"
+        )
+        if delivery.attempt < self._max_attempts:
+            log.warning("%s: %s; trying again", self.service, reason)
+            return Verdict(Outcome.RETRY, reason)
+        reason = (
+            f"every one of its {delivery.attempt} attempts was interrupted: each worker that "
+            "took it went away without finishing (killed, or cut off from the broker)"
+        )
+        if on_dead_letter is not None:
+            try:
+                await on_dead_letter(decode(delivery.body), reason)
+            except Exception as exc:  # unreadable, or the hook failed: the DLQ keeps it
+                log.warning("%s: recording a dead letter failed: %s", self.service, exc)
+        return Verdict(Outcome.DEAD_LETTER, reason)
+
     async def _dispatch(
         self, delivery: Delivery, handler: Handler, on_dead_letter: DeadLetterHook | None
     ) -> Verdict:
+        _delivery.set(delivery)  # this delivery's task has its own context
         try:
             envelope = decode(delivery.body)
         except InvalidMessage as exc:

@@ -263,7 +263,7 @@ class MemoryBroker:
             settled = True
         finally:
             if not settled:  # cancelled mid-delivery: back to the head, as RabbitMQ requeues
-                queue.messages.appendleft(delivery)
+                queue.messages.appendleft(replace(delivery, redelivered=True))
             queue.in_flight -= 1
             slots.release()
             if self._quiet():
@@ -273,7 +273,8 @@ class MemoryBroker:
         if verdict.outcome is Outcome.RETRY:
             headers = {**delivery.headers, ATTEMPT_HEADER: str(delivery.attempt + 1)}
             await self._enqueue(
-                queue, replace(delivery, headers=headers, attempt=delivery.attempt + 1)
+                queue,
+                replace(delivery, headers=headers, attempt=delivery.attempt + 1, redelivered=False),
             )
         elif verdict.outcome is Outcome.DEAD_LETTER and queue.dead_letter_exchange:
             headers = {**delivery.headers, REASON_HEADER: verdict.reason}

@@ -36,7 +36,7 @@ from shared.messaging.broker import (
     Subscription,
     Verdict,
 )
-from shared.messaging.bus import Bus
+from shared.messaging.bus import Bus, current_delivery
 from shared.messaging.memory import MemoryBroker
 from shared.telemetry import Telemetry
 
@@ -767,6 +767,58 @@ async def test_bus_dead_letters_after_exactly_max_attempts(
     assert letter.routing_key == "test.doomed"
     assert "failed 3 times" in str(letter.headers[REASON_HEADER])
     assert calls == 3
+
+
+async def test_bus_counts_a_job_whose_consumer_died_and_gives_up_after_max_attempts(
+    rig: Rig, bus_for: Callable[[str], Bus]
+) -> None:
+    # Each "worker" takes the job and dies with it unsettled (its subscription goes away, as
+    # a killed process's channel does); the next one gets it as the next attempt, and once
+    # every attempt was interrupted the job is dead-lettered and its owner told why.
+    dead = await rig.dead_letters()
+    attempts: list[int] = []
+    taken = asyncio.Event()
+    gave_up: asyncio.Queue[str] = asyncio.Queue()
+
+    async def dies_with_it(message: Envelope) -> None:
+        attempts.append(current_delivery().attempt)
+        taken.set()
+        await asyncio.Event().wait()
+
+    async def told(message: Envelope, reason: str) -> None:
+        gave_up.put_nowait(reason)
+
+    queue = rig.queue("jobs")
+    publisher = bus_for("publisher")
+    for worker in range(1, 4):
+        bus = bus_for(f"worker-{worker}")
+        await bus.start()
+        taken.clear()
+        subscription = await bus.subscribe(
+            queue,
+            [Binding(rig.topology.events, "test.#")],
+            dies_with_it,
+            on_dead_letter=told,
+            count_redeliveries=True,
+        )
+        if worker == 1:  # once the queue exists
+            await publisher.publish(envelope("test.job"))
+        await asyncio.wait_for(taken.wait(), WAIT)
+        await subscription.cancel()
+    last = bus_for("worker-4")
+    await last.start()
+    await last.subscribe(
+        queue,
+        [Binding(rig.topology.events, "test.#")],
+        dies_with_it,
+        on_dead_letter=told,
+        count_redeliveries=True,
+    )
+    reason = await asyncio.wait_for(gave_up.get(), WAIT)
+    assert "every one of its 3 attempts was interrupted" in reason
+    letter = await dead.next()
+    assert letter.routing_key == "test.job"
+    assert attempts == [1, 2, 3]
 
 
 async def test_bus_dead_letters_an_invalid_message_at_once(

@@ -119,22 +119,33 @@ class Evaluation:
             when,
         )
 
-    def started(self, when: datetime) -> Envelope:
+    def started(
+        self,
+        when: datetime,
+        *,
+        attempt: int = 1,
+        agent_id: str | None = None,
+        host: str = "bench-1",
+    ) -> Envelope:
         return self._event(
             EvaluationStarted(
                 evaluation_id=self.evaluation_id,
-                agent_id=self.agent_id,
-                host="bench-1",
-                environment={"onnxruntime": "1.31.1"},
+                agent_id=agent_id or self.agent_id,
+                host=host,
+                environment={"onnxruntime": "1.31.1", "host": host},
+                attempt=attempt,
             ),
             when,
         )
 
-    def measured(self, when: datetime) -> Envelope:
+    def measured(
+        self, when: datetime, *, attempt: int = 1, agent_id: str | None = None
+    ) -> Envelope:
         return self._event(
             EvaluationMeasured(
                 evaluation_id=self.evaluation_id,
-                agent_id=self.agent_id,
+                agent_id=agent_id or self.agent_id,
+                attempt=attempt,
                 load_ns=120_000_000,
                 run=ScenarioResult(
                     scenario=SingleStream(),
@@ -485,6 +496,124 @@ async def test_evaluations_are_listed_newest_first(store: EventStore) -> None:
         await store.list_evaluations(status="done")
 
 
+async def test_each_attempt_is_recorded_and_the_latest_is_the_evaluations(
+    store: EventStore,
+) -> None:
+    # Given a job whose first worker started it and was killed, and which the broker then
+    # delivered to a second worker: both start from the same job message
+    item = Evaluation(agent_id="agent-1")
+    job = item.scheduled(at(1))
+    first = job.caused(
+        EvaluationStarted(
+            evaluation_id=item.evaluation_id,
+            agent_id="agent-1",
+            host="bench-1",
+            environment={"cpu": "EPYC 7763"},
+        ),
+        producer="worker",
+    )
+    second = job.caused(
+        EvaluationStarted(
+            evaluation_id=item.evaluation_id,
+            agent_id="agent-2",
+            host="bench-2",
+            environment={"cpu": "Xeon 8480"},
+            attempt=2,
+        ),
+        producer="worker",
+        key="attempt-2",
+    )
+
+    # When both starts are recorded, and the second is delivered twice
+    await store.append([item.requested(at(0)), job, first])
+    assert await store.append([second, second]) == [True, False]
+
+    # Then the log keeps both attempts, each with its own agent and environment
+    started = [e for e in await store.stream_events(item.stream) if e.type == "evaluation.started"]
+    assert [(e.payload["agent_id"], e.payload["environment"]) for e in started] == [
+        ("agent-1", {"cpu": "EPYC 7763"}),
+        ("agent-2", {"cpu": "Xeon 8480"}),
+    ]
+    assert [e.payload.get("attempt", 1) for e in started] == [1, 2]
+    # and the evaluation is the second attempt's, running
+    view = await evaluation(store, item)
+    assert (view.status, view.attempts, view.agent_id, view.host) == (
+        "running",
+        2,
+        "agent-2",
+        "bench-2",
+    )
+    assert view.environment == {"cpu": "Xeon 8480"}
+
+
+@pytest.mark.parametrize("order", ["in order", "overtaken"])
+async def test_the_latest_attempt_wins_whatever_order_its_events_arrive_in(
+    store: EventStore, order: str
+) -> None:
+    # Given two attempts, whose events may overtake each other on a busy broker
+    item = Evaluation(agent_id="agent-1")
+    events = [
+        item.started(at(2), attempt=1, agent_id="agent-1", host="bench-1"),
+        item.started(at(9), attempt=2, agent_id="agent-2", host="bench-2"),
+        item.measured(at(12), attempt=2, agent_id="agent-2"),
+    ]
+    if order == "overtaken":
+        events = [events[2], events[1], events[0]]
+
+    # When recorded one by one
+    await store.append([item.requested(at(0))])
+    for envelope in events:
+        await store.append([envelope])
+
+    # Then the evaluation is the second attempt's either way
+    view = await evaluation(store, item)
+    assert (view.attempts, view.agent_id, view.host) == (2, "agent-2", "bench-2")
+    assert view.environment == {"onnxruntime": "1.31.1", "host": "bench-2"}
+
+
+async def test_a_terminal_evaluation_is_not_moved_back_by_a_late_attempt(
+    store: EventStore,
+) -> None:
+    # Given an evaluation completed by its first attempt
+    item = Evaluation(agent_id="agent-1")
+    await store.append(item.lifecycle(start=0))
+
+    # When a second attempt (the job delivered again) starts, measures and is completed
+    await store.append([item.started(at(10), attempt=2, agent_id="agent-2")])
+    await store.append([item.measured(at(11), attempt=2, agent_id="agent-2")])
+    await store.append([item.completed(at(12), p50_ms=9.9)])
+
+    # Then it stays completed with the first result; the attempt is counted and kept
+    view = await evaluation(store, item)
+    assert (view.status, view.attempts) == ("completed", 2)
+    assert view.summary() == latency()
+    assert len(await store.stream_events(item.stream)) == 8
+
+    # And a failed evaluation's late measurement leaves it failed
+    crashed = Evaluation()
+    await store.append([crashed.requested(at(0)), crashed.started(at(1)), crashed.failed(at(2))])
+    await store.append([crashed.measured(at(3))])
+    view = await evaluation(store, crashed)
+    assert (view.status, view.error) == ("failed", "predictor: CUDA out of memory")
+
+
+async def test_an_evaluation_recorded_before_attempts_were_counted_is_one_attempt(
+    store: EventStore,
+) -> None:
+    # Given a start as published before the attempt field existed
+    item = Evaluation()
+    old = item.started(at(2))
+    payload = {k: v for k, v in old.payload.items() if k != "attempt"}
+    await store.append([item.requested(at(0)), old.model_copy(update={"payload": payload})])
+
+    # Then it reads as the first attempt, and is still a valid message
+    view = await evaluation(store, item)
+    assert (view.attempts, view.host) == (1, "bench-1")
+    assert (await store.stream_events(item.stream))[1].envelope().open(
+        EvaluationStarted
+    ).attempt == 1
+
+
 # --- the agents projection ------------------------------------------------------------------
 
 
@@ -586,7 +715,9 @@ async def test_events_of_other_types_are_stored_but_change_no_projection(
 async def test_rebuilding_the_projections_gives_the_same_rows(store: EventStore) -> None:
     # Given a realistic day: evaluations completing, failing, in flight, out of order, with
     # redeliveries, agents coming and going, and events no projection cares about
-    done, crashed, running, overtaken, orphan = (Evaluation(agent_id=f"a{n}") for n in range(5))
+    done, crashed, running, overtaken, orphan, retried = (
+        Evaluation(agent_id=f"a{n}") for n in range(6)
+    )
     workers = [Agent("a0"), Agent("a1"), Agent("a2")]
     done_events = done.lifecycle(start=10)
     batches = [
@@ -610,14 +741,23 @@ async def test_rebuilding_the_projections_gives_the_same_rows(store: EventStore)
             crashed.failed(at(54), reason="echo"),
             workers[2].heartbeat(at(50.5), busy=True),
         ],
+        # A job whose worker was killed: attempt 2 overtakes attempt 1's start, then completes
+        [retried.requested(at(60)), retried.started(at(63), attempt=2, agent_id="a1")],
+        [retried.started(at(61), agent_id="a2", host="bench-2"), retried.completed(at(65))],
+        [retried.measured(at(64), attempt=2, agent_id="a1"), retried.completed(at(66), 7.0)],
     ]
     for batch in batches:
         await store.append(batch)
     await store.append(batches[1] + batches[4])  # redelivered: no-ops
     evaluations_before = await store.list_evaluations(limit=100)
     agents_before = await store.list_agents()
-    assert len(evaluations_before) == 5
+    assert len(evaluations_before) == 6
     assert len(agents_before) == 3
+    by_id = {view.evaluation_id: view for view in evaluations_before}
+    assert (by_id[retried.evaluation_id].attempts, by_id[retried.evaluation_id].agent_id) == (
+        2,
+        "a1",
+    )
 
     # When the projections are rebuilt from the log
     replayed = await store.rebuild_projections()
@@ -664,7 +804,7 @@ async def test_upgrade_is_idempotent_and_reports_the_head_revision(database_url:
     await upgrade(database_url)
 
     # Then it is at the newest revision and a store works on it
-    assert await current_revision(database_url) == head_revision() == "0003"
+    assert await current_revision(database_url) == head_revision() == "0004"
     async with EventStore.from_url(database_url) as store:
         await store.ping()
         assert await store.count_events() == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,17 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from services.workers.predictors.opencl import OpenCLPredictor, device_capabilities
-from services.workers.predictors.opencl.devices import OpenCLDevice, open_device
+from services.workers.predictors.opencl.devices import (
+    BUILD_OPTIONS,
+    OpenCLDevice,
+    build_program,
+    kernel_source,
+    open_device,
+)
 from services.workers.predictors.opencl.engine import Engine
 from services.workers.predictors.opencl.graph import graph_from_model
 from services.workers.predictors.opencl.settings import OpenCLSettings
+from services.workers.predictors.opencl.tiling import VECTOR_WIDTHS, Tiling
 from shared.artifacts import locate
 from shared.config import REPOSITORY_ROOT
 from shared.errors import PredictorError
@@ -166,6 +174,58 @@ def test_conv_on_a_device_with_little_local_memory_goes_through_im2col(
     engine = against_onnxruntime(device=small, model=model, feeds={"x": random(*x_shape)})
     kernels = [t.kernels for t in engine.layer_timings()]
     assert kernels == ([1] if case.startswith("1x1") else [2])  # im2col, then the GEMM
+
+
+def with_tiling(device: OpenCLDevice, tiling: Tiling) -> OpenCLDevice:
+    """``device`` with the kernels built for another vector width than its own."""
+    options = BUILD_OPTIONS + tiling.build_options()
+    program = build_program(device.context, device.context.devices[0], kernel_source(), options)
+    return dataclasses.replace(device, program=program, tiling=tiling)
+
+
+def test_the_program_is_built_for_the_devices_vector_width(device: OpenCLDevice) -> None:
+    assert device.tiling == Tiling.for_vector_width(device.info.float_vector_width)
+
+
+@pytest.mark.parametrize("width", VECTOR_WIDTHS)
+def test_every_vector_width_computes_what_onnxruntime_does(
+    device: OpenCLDevice, width: int
+) -> None:
+    """Whatever width a device asks for (4: SSE, NEON, GPUs; 8: AVX2; 16: AVX-512), the
+    kernels and lowering agree: tiles along rows and over the image, every activation in the
+    tile's epilogue (sigmoid lane by lane), im2col, and the dense kernel's vector loop."""
+    tiled = with_tiling(device, Tiling(pixels=width))
+    cases = ["3x3 pad 1, tiles along rows", "stride 2, asymmetric pads", "1x1 stride 2", "1-D"]
+    for case in cases:
+        x_shape, w_shape, attrs = CONVOLUTIONS[case]
+        for activation in ("Relu", "Sigmoid", "LeakyRelu"):
+            model = model_of(
+                [
+                    helper.make_node("Conv", ["x", "w", "b"], ["c"], **attrs),
+                    helper.make_node(activation, ["c"], ["y"]),
+                ],
+                {"x": list(x_shape)},
+                ["y"],
+                {"w": random(*w_shape, seed=1) * 0.3, "b": random(w_shape[0], seed=2)},
+            )
+            engine = against_onnxruntime(tiled, model, {"x": random(*x_shape)})
+            assert [t.op_type for t in engine.layer_timings()] == ["Conv"]  # one epilogue
+    small = dataclasses.replace(tiled, info=dataclasses.replace(tiled.info, local_memory_bytes=0))
+    x_shape, w_shape, attrs = CONVOLUTIONS["3x3 pad 1, tiles along rows"]
+    model = model_of(
+        [helper.make_node("Conv", ["x", "w"], ["y"], **attrs)],
+        {"x": list(x_shape)},
+        ["y"],
+        {"w": random(*w_shape, seed=1)},
+    )
+    against_onnxruntime(small, model, {"x": random(*x_shape)})
+    dense = model_of(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)],
+        {"x": [5, 37]},
+        ["y"],
+        {"w": random(9, 37, seed=3), "b": random(9, seed=4)},
+    )
+    against_onnxruntime(tiled, dense, {"x": random(5, 37)})
 
 
 def test_conv_fuses_batch_norm_residual_add_and_relu(device: OpenCLDevice) -> None:
@@ -618,6 +678,55 @@ def test_a_corrupt_model_file_fails_naming_the_model(
         PredictorError, match=r"opencl cannot run opencl-test@1\.0\.0: .* not a readable ONNX model"
     ):
         predictor.open(manifest, corrupt, hardware=HARDWARE)
+
+
+# A program that does not build: the error names the device, the OpenCL implementation's
+# version (PoCL's names its LLVM) and the build log, and the process goes on.
+BROKEN_PROGRAMS = {
+    "a compile error": (
+        "__kernel void broken(__global float* y) { y[0] = undeclared_name; }",
+        r"the OpenCL kernels do not build on .*; build log:\n.*undeclared_name",
+    ),
+    "a kernel the program lacks": (
+        "#if 0\n__kernel void left_out(__global float* y) { y[0] = 1.0f; }\n#endif\n"
+        "__kernel void kept(__global float* y) { y[0] = 1.0f; }",
+        r"the OpenCL program built from source on .* lacks kernels the engine needs: left_out",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_PROGRAMS))
+def test_a_program_that_does_not_build_fails_naming_device_platform_and_log(
+    device: OpenCLDevice, case: str
+) -> None:
+    source, expected = BROKEN_PROGRAMS[case]
+    context = cl.Context(device.context.devices)
+    with pytest.raises(PredictorError) as raised:
+        build_program(context, context.devices[0], source, BUILD_OPTIONS)
+    message = str(raised.value)
+    assert device.info.name in message
+    assert device.info.platform_version in message  # "... PoCL 3.0-rc2 ... LLVM 14.0.6 ..."
+    assert re.search(expected, message, re.DOTALL)
+
+
+def test_a_vector_argument_whose_abi_the_target_changes_is_refused_before_running(
+    device: OpenCLDevice,
+) -> None:
+    """A float16 helper on a CPU target without AVX-512 (PoCL 3.0 on a Zen 4 compiles for
+    znver3): clang only warns, and the kernel would crash or read garbage when run."""
+    source = (
+        "float16 twice(float16 v) { return v + v; }\n"
+        "__kernel void k(__global float* y) { float16 v = twice((float16)(1.0f)); y[0] = v.s0; }"
+    )
+    context = cl.Context(device.context.devices)
+    try:
+        build_program(context, context.devices[0], source, BUILD_OPTIONS)
+    except PredictorError as exc:
+        message = str(exc)
+    else:
+        pytest.skip(f"{device.info.name} passes float16 arguments natively")
+    assert device.info.name in message
+    assert "changes the ABI" in message
 
 
 def test_a_bogus_program_binary_fails_clearly(

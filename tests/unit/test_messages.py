@@ -14,10 +14,12 @@ from shared.messages import (
     Envelope,
     EvaluationFailed,
     EvaluationRequested,
+    EvaluationStarted,
     Scenario,
     decode,
     encode,
     evaluation_stream,
+    failure_caused_by,
     job_key,
 )
 
@@ -58,6 +60,45 @@ def test_handling_a_redelivered_message_again_emits_the_same_event_ids() -> None
     assert (
         cause.caused(payload, producer="a").event_id == cause.caused(payload, producer="a").event_id
     )
+
+
+def test_each_attempt_at_a_job_emits_events_of_its_own_and_a_redelivery_the_same() -> None:
+    job = requested()
+
+    def start(attempt: int) -> Envelope:
+        started = EvaluationStarted(
+            evaluation_id=job.correlation_id,
+            agent_id=f"agent-{attempt}",
+            host="h",
+            environment={},
+            attempt=attempt,
+        )
+        key = None if attempt == 1 else f"attempt-{attempt}"
+        return job.caused(started, producer="worker", key=key)
+
+    # The first attempt keeps the ids messages had before attempts were counted
+    plain = job.caused(
+        EvaluationStarted(evaluation_id=job.correlation_id, agent_id="a", host="h", environment={}),
+        producer="worker",
+    )
+    assert start(1).event_id == plain.event_id == uuid.uuid5(job.event_id, "evaluation.started")
+    # a second attempt is another event, the same again when redelivered
+    assert start(2).event_id == uuid.uuid5(job.event_id, "evaluation.started#attempt-2")
+    assert len({start(1).event_id, start(2).event_id, start(3).event_id}) == 3
+    assert start(2).event_id == start(2).event_id
+    # and a failure can be told apart the same way
+    failed = failure_caused_by(job, stage="agent", reason="x", producer="w", key="attempt-4")
+    assert failed is not None
+    assert failed.event_id == uuid.uuid5(job.event_id, "evaluation.failed#attempt-4")
+
+
+def test_a_start_or_measurement_without_an_attempt_is_the_first() -> None:
+    started = EvaluationStarted.model_validate(
+        {"evaluation_id": str(uuid.uuid4()), "agent_id": "a", "host": "h", "environment": {}}
+    )
+    assert started.attempt == 1
+    with pytest.raises(ValidationError, match="attempt"):
+        EvaluationStarted.model_validate({**started.model_dump(mode="json"), "attempt": 0})
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from services.workers.predictors.opencl.graph import (
 )
 from services.workers.predictors.opencl.lowering import Alias, ConstantPool, Layer, lower
 from services.workers.predictors.opencl.planner import Lifetime, assign_offsets, plan_memory
+from services.workers.predictors.opencl.tiling import Tiling
 from shared.artifacts import locate
 from shared.errors import PredictorError
 
@@ -293,7 +294,9 @@ def test_resnet50_plan_reuses_memory_and_never_aliases_live_tensors() -> None:
     graph = prepare(load_graph(locate(ZOO["resnet50"])))
     folded, shapes = fold_constants(graph, {"gpu_0/data_0": (1, 3, 224, 224)})
     fused = fuse(folded, shapes)
-    steps = lower(fused, shapes, ConstantPool(), compute_units=2, local_memory_bytes=1 << 21)
+    steps = lower(
+        fused, shapes, ConstantPool(), compute_units=2, local_memory_bytes=1 << 21, tiling=Tiling()
+    )
     sizes = {name: 4 * math.prod(shape) for name, shape in shapes.items()}
     plan = plan_memory(steps, ["gpu_0/data_0"], list(fused.outputs), sizes, alignment=128)
 
@@ -305,3 +308,42 @@ def test_resnet50_plan_reuses_memory_and_never_aliases_live_tensors() -> None:
     assert plan.arena_bytes < total / 5  # ResNet-50's activations share most bytes
     assert plan.arena_bytes <= 1.5 * largest_live  # and the greedy plan is near the bound
     assert not overlapping(list(plan.lifetimes), plan.offsets, plan.sizes)
+
+
+# -- the device's tiling ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("preferred", "pixels"),
+    [(1, 4), (4, 4), (8, 8), (16, 16), (32, 16)],
+    ids=["a GPU preferring scalars", "SSE/NEON", "AVX2", "AVX-512", "wider"],
+)
+def test_the_tile_is_as_wide_as_the_devices_float_vectors(preferred: int, pixels: int) -> None:
+    tiling = Tiling.for_vector_width(preferred)
+    assert tiling == Tiling(channels=16, pixels=pixels)
+    assert tiling.build_options() == ["-DDLSCOPE_TM=16", f"-DDLSCOPE_TP={pixels}"]
+
+
+@pytest.mark.parametrize("pixels", [4, 8, 16])
+def test_convolution_launches_and_weights_follow_the_tiling_the_program_was_built_with(
+    pixels: int,
+) -> None:
+    weight = np.arange(20 * 3 * 3 * 3, dtype=np.float32).reshape(20, 3, 3, 3)
+    graph = graph_of(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])],
+        {"x": [2, 3, 20, 20]},
+        ["y"],
+        {"w": weight},
+    )
+    folded, shapes = fold_constants(graph, {"x": (2, 3, 20, 20)})
+    pool = ConstantPool()
+    tiling = Tiling(pixels=pixels)
+    # No local memory: the im2col + GEMM path, whose grid is one item per 16 x pixels tile.
+    (conv,) = lower(folded, shapes, pool, compute_units=2, local_memory_bytes=0, tiling=tiling)
+    assert isinstance(conv, Layer)
+    assert [launch.kernel for launch in conv.launches] == ["im2col", "conv_gemm"]
+    assert conv.launches[1].global_size == (2, math.ceil(400 / pixels), 2)
+    (packed,) = [a for name, a in pool.arrays.items() if name.startswith("w:")]
+    assert packed.shape == (1, 2, 27, 16)  # [groups][ceil(20/16)][C*KH*KW][16]
+    assert (packed[0, 1, :, :4] == weight[16:].reshape(4, 27).T).all()
+    assert not packed[0, 1, :, 4:].any()  # channels past M are zeros

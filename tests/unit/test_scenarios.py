@@ -264,6 +264,20 @@ def test_a_server_run_stops_at_its_duration_cap_and_says_what_was_left() -> None
     assert ReasonCode.QUERIES_UNFINISHED in judge(result).codes
 
 
+class Spread:
+    """A model whose latencies really vary: each query busy-waits a seeded random 50-150 µs,
+    so an interval has width on any machine (a null model's latencies can all be one timer
+    tick, and then any interval is "narrow")."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, indices: Sequence[int]) -> None:
+        end = time.perf_counter_ns() + int(self._rng.integers(50_000, 150_000))
+        while time.perf_counter_ns() < end:
+            pass
+
+
 def test_adaptive_duration_stops_once_the_interval_is_narrow_or_at_the_cap() -> None:
     loose = SingleStream(
         min_query_count=100,
@@ -271,11 +285,11 @@ def test_adaptive_duration_stops_once_the_interval_is_narrow_or_at_the_cap() -> 
         adaptive=AdaptiveStop(relative_half_width=0.5),
         warmup=QUICK_WARMUP,
     )
-    assert run_scenario(loose, Recorder()).phases[0].stopped_by == "adaptive"
+    assert run_scenario(loose, Spread()).phases[0].stopped_by == "adaptive"
     strict = loose.model_copy(
         update={"adaptive": AdaptiveStop(relative_half_width=1e-9), "max_duration_s": 0.2}
     )
-    phase = run_scenario(strict, Recorder()).phases[0]
+    phase = run_scenario(strict, Spread()).phases[0]
     assert phase.stopped_by == "max_duration"
     assert 0.2e9 <= phase.duration_ns < 1e9
 

@@ -6,10 +6,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from services.workers.predictors.base import Predictor
+from services.workers.predictors.base import LayerTimes, Predictor, TimesLayers
 from shared.errors import ConfigurationError
 
-__all__ = ["Predictor", "PredictorFactory", "predictor_factory"]
+__all__ = [
+    "LayerTimes",
+    "Predictor",
+    "PredictorFactory",
+    "TimesLayers",
+    "framework_module",
+    "predictor_factory",
+]
 
 
 def _no_device(hardware: str) -> dict[str, Any]:
@@ -23,6 +30,29 @@ class PredictorFactory:
     # What the framework itself sees of the device it runs on (an OpenCL platform and
     # device), announced with the worker's capabilities.
     device: Callable[[str], dict[str, Any]] = _no_device
+
+
+# The module each framework's predictor imports: present means installed. Looked up with
+# importlib.util.find_spec, never imported, so a worker's own process stays free of frameworks
+# (they run in its framework process, services.workers.session).
+_MODULES = {
+    "onnxruntime": "onnxruntime",
+    "pytorch": "torch",
+    "tensorflow": "tensorflow",
+    "tensorrt": "tensorrt",
+    "opencl": "pyopencl",
+}
+
+
+def framework_module(framework: str) -> str:
+    """The Python module that ``framework`` needs; ConfigurationError for an unknown one."""
+    try:
+        return _MODULES[framework]
+    except KeyError:
+        raise ConfigurationError(
+            f"no predictor for framework {framework!r} in this version of dlscope; "
+            f"available: {', '.join(_MODULES)}"
+        ) from None
 
 
 def predictor_factory(framework: str) -> PredictorFactory:

@@ -6,14 +6,15 @@ framework is measured by the same code.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from shared.manifests import ModelManifest
 
-__all__ = ["Predictor"]
+__all__ = ["LayerTimes", "Predictor", "TimesLayers"]
 
 
 class Predictor(Protocol):
@@ -29,3 +30,21 @@ class Predictor(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """Framework version and the device the model runs on."""
+
+
+class LayerTimes(Protocol):
+    """One layer's timing as a predictor reports it (OpenCL's profiling events)."""
+
+    def as_dict(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class TimesLayers(Protocol):
+    """A predictor that times each layer of the last batch on its device: the worker reports
+    one query's layers when ``isinstance(predictor, TimesLayers)``."""
+
+    def predict(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+
+    def layer_timings(self) -> Sequence[LayerTimes]:
+        """The last batch's layers in the order they ran; empty before the first batch."""
+        ...

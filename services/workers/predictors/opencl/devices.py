@@ -5,6 +5,11 @@ its precompiled program binary, since FPGA flows cannot compile at run time; wit
 board, the CPU device emulates it (``emulated: true`` in every description). "cpu" and
 "gpu" take a device of that type. Anything but a real board builds the program from the
 kernel sources unless a binary is given.
+
+The kernels are built with the device's tiling (tiling.py) as -D defines. A build that fails,
+or that leaves kernels out (PoCL can answer a build with an empty program rather than an
+error), is a PredictorError naming the device, the platform's version (PoCL's names its LLVM)
+and the first lines of the build log, raised before any model is loaded.
 """
 
 from __future__ import annotations
@@ -16,14 +21,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyopencl as cl
 
+from services.workers.predictors.opencl.tiling import Tiling
 from shared.errors import PredictorError
 
 __all__ = [
     "KERNEL_FILES",
     "DeviceInfo",
     "OpenCLDevice",
+    "build_program",
     "device_capabilities",
     "kernel_source",
     "open_device",
@@ -41,6 +49,8 @@ KERNEL_FILES = (
 )
 # -cl-mad-enable lets "a * b + c" become one FMA (more accurate on CPUs, not less).
 BUILD_OPTIONS = ["-cl-mad-enable"]
+# Build log lines quoted in an error: enough for the first diagnostics, not a wall of them.
+_LOG_LINES = 12
 
 _DEVICE_TYPES = {
     "cpu": cl.device_type.CPU,
@@ -61,6 +71,7 @@ def _type_name(device: cl.Device) -> str:
 @dataclass(frozen=True)
 class DeviceInfo:
     platform: str
+    platform_version: str  # PoCL's names its own version and its LLVM's
     name: str
     vendor: str
     version: str
@@ -70,12 +81,14 @@ class DeviceInfo:
     global_memory_bytes: int
     max_allocation_bytes: int
     local_memory_bytes: int
+    float_vector_width: int  # preferred, as the device reports it
     emulated: bool  # a CPU device standing in for the FPGA board the worker was asked for
 
     @classmethod
     def of(cls, device: cl.Device, *, emulated: bool) -> DeviceInfo:
         return cls(
             platform=device.platform.name.strip(),
+            platform_version=device.platform.version.strip(),
             name=device.name.strip(),
             vendor=device.vendor.strip(),
             version=device.version.strip(),
@@ -85,6 +98,7 @@ class DeviceInfo:
             global_memory_bytes=int(device.global_mem_size),
             max_allocation_bytes=int(device.max_mem_alloc_size),
             local_memory_bytes=int(device.local_mem_size),
+            float_vector_width=int(device.preferred_vector_width_float),
             emulated=emulated,
         )
 
@@ -102,6 +116,7 @@ class OpenCLDevice:
     program: cl.Program
     program_from: str  # "source", or the binary's path
     alignment: int  # bytes: where sub-buffers may start
+    tiling: Tiling  # what the program was built with; lowering sizes launches by it
 
     def check_fits(self, arena_bytes: int, constant_bytes: int, what: str) -> None:
         """Refuse, before anything runs, a plan the device has no room for."""
@@ -171,37 +186,102 @@ def select_device(hardware: str, platform: str | None = None) -> tuple[cl.Device
     )
 
 
-def _build(context: cl.Context, device: cl.Device, binary: Path | None) -> cl.Program:
+def _where(device: cl.Device) -> str:
+    """The device and the OpenCL implementation under it (PoCL's version names its LLVM)."""
+    return (
+        f"{device.name.strip()} ({device.platform.name.strip()}: {device.platform.version.strip()})"
+    )
+
+
+def _build_log(program: cl.Program, device: cl.Device) -> str:
+    try:
+        log = program.get_build_info(device, cl.program_build_info.LOG)  # type: ignore[no-untyped-call]
+        return str(log).strip()
+    except (cl.Error, AttributeError):  # no program object left to ask
+        return ""
+
+
+def _first_lines(log: str) -> str:
+    lines = [line[:300] for line in log.splitlines() if line.strip()]
+    if not lines:
+        return "(the build log is empty)"
+    more = len(lines) - _LOG_LINES
+    shown = "\n".join(f"  {line}" for line in lines[:_LOG_LINES])
+    return shown + (f"\n  ... {more} more line(s)" if more > 0 else "")
+
+
+def _check_kernels(program: cl.Program, source: str, what: str, device: cl.Device) -> None:
+    needed = re.findall(r"__kernel\s+void\s+(\w+)", source)
+    missing = sorted(set(needed) - set(program.kernel_names.split(";")))
+    if missing:
+        raise PredictorError(
+            f"the OpenCL program {what} on {_where(device)} lacks kernels the engine needs: "
+            f"{', '.join(missing)}; build log:\n{_first_lines(_build_log(program, device))}"
+        )
+
+
+def build_program(
+    context: cl.Context, device: cl.Device, source: str, options: list[str]
+) -> cl.Program:
+    """``source`` built for ``device`` with every ``__kernel`` it defines, or a PredictorError
+    that says where and why (never a program that would crash when run)."""
+    program = cl.Program(context, source)
     with warnings.catch_warnings():
-        # pyopencl turns any non-empty build log into a warning; the log says nothing
-        # a user needs when the build succeeds.
+        # pyopencl turns any non-empty build log into a warning; what matters in it is
+        # reported below.
         warnings.simplefilter("ignore", cl.CompilerWarning)
-        if binary is None:
-            try:
-                program: cl.Program = cl.Program(context, kernel_source()).build(
-                    options=BUILD_OPTIONS
-                )
-                return program
-            except cl.Error as exc:
-                raise PredictorError(
-                    f"the OpenCL kernels do not build on {device.name.strip()}: {exc}"
-                ) from exc
         try:
-            content = binary.read_bytes()
-        except OSError as exc:
-            raise PredictorError(f"cannot read the OpenCL program binary {binary}: {exc}") from exc
-        try:
-            loaded: cl.Program = cl.Program(context, [device], [content]).build(
+            program.build(options=options)
+        except cl.Error as exc:
+            log = _build_log(program, device) or str(exc)
+            raise PredictorError(
+                f"the OpenCL kernels do not build on {_where(device)}; build log:\n"
+                f"{_first_lines(log)}"
+            ) from exc
+    log = _build_log(program, device)
+    if "changes the ABI" in log:
+        # A vector passed to a function whose ABI the target's features change: clang warns
+        # and goes on, and the kernels would read their arguments from the wrong registers.
+        raise PredictorError(
+            f"the OpenCL kernels build on {_where(device)} with calls whose vector "
+            f"arguments would be passed wrongly; build log:\n{_first_lines(log)}"
+        )
+    _check_kernels(program, source, "built from source", device)
+    return program
+
+
+def _load_binary(context: cl.Context, device: cl.Device, binary: Path) -> cl.Program:
+    try:
+        content = binary.read_bytes()
+    except OSError as exc:
+        raise PredictorError(f"cannot read the OpenCL program binary {binary}: {exc}") from exc
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", cl.CompilerWarning)
+            program: cl.Program = cl.Program(context, [device], [content]).build(
                 options=BUILD_OPTIONS
             )
-            return loaded
-        except cl.Error as exc:
-            raise PredictorError(
-                f"the OpenCL program binary {binary} does not load on {device.name.strip()} "
-                f"({device.platform.name.strip()}): it was built for another device or is not "
-                f"a program binary ({exc}). Build it for this device from dlscope's kernels "
-                "(services/workers/predictors/opencl/kernels/*.cl)."
-            ) from exc
+    except cl.Error as exc:
+        raise PredictorError(
+            f"the OpenCL program binary {binary} does not load on {_where(device)}: it was "
+            f"built for another device or is not a program binary ({exc}). Build it for this "
+            "device from dlscope's kernels (services/workers/predictors/opencl/kernels/*.cl)."
+        ) from exc
+    _check_kernels(program, kernel_source(), str(binary), device)
+    return program
+
+
+def _program_tiling(context: cl.Context, queue: cl.CommandQueue, program: cl.Program) -> Tiling:
+    """The tiling a program was built with, as its ``tiling`` kernel reports it: a binary
+    built ahead of time may have been built for another vector width than this device's."""
+    values = np.zeros(2, np.int32)
+    out = cl.Buffer(context, cl.mem_flags.WRITE_ONLY, values.nbytes)
+    kernel = cl.Kernel(program, "tiling")
+    kernel.set_args(out)
+    cl.enqueue_nd_range_kernel(queue, kernel, (1,), (1,))
+    cl.enqueue_copy(queue, values, out, is_blocking=True)
+    out.release()
+    return Tiling(channels=int(values[0]), pixels=int(values[1]))
 
 
 def open_device(
@@ -220,14 +300,14 @@ def open_device(
         )
     except cl.Error as exc:
         raise PredictorError(f"cannot open OpenCL device {device.name.strip()}: {exc}") from exc
-    program = _build(context, device, binary)
-    needed = re.findall(r"__kernel\s+void\s+(\w+)", kernel_source())
-    missing = sorted(set(needed) - set(program.kernel_names.split(";")))
-    if missing:
-        raise PredictorError(
-            f"the OpenCL program {binary or 'built from source'} lacks kernels the engine "
-            f"needs: {', '.join(missing)}"
+    if binary is None:
+        tiling = Tiling.for_vector_width(int(device.preferred_vector_width_float))
+        program = build_program(
+            context, device, kernel_source(), BUILD_OPTIONS + tiling.build_options()
         )
+    else:
+        program = _load_binary(context, device, binary)
+        tiling = _program_tiling(context, queue, program)
     return OpenCLDevice(
         info=DeviceInfo.of(device, emulated=emulated),
         context=context,
@@ -235,6 +315,7 @@ def open_device(
         program=program,
         program_from=str(binary) if binary else "source",
         alignment=max(64, int(device.mem_base_addr_align) // 8),
+        tiling=tiling,
     )
 
 

@@ -86,6 +86,7 @@ class Engine:
             self._pool,
             compute_units=info.compute_units,
             local_memory_bytes=info.local_memory_bytes,
+            tiling=self.device.tiling,
         )
         sizes = {name: 4 * math.prod(shape) for name, shape in all_shapes.items()}
         memory = plan_memory(

@@ -18,7 +18,7 @@ from shared.manifests import ModelManifest
 __all__ = ["ENGINE_VERSION", "OpenCLPredictor", "device_capabilities", "framework_version"]
 
 # The engine's version: its kernels and plans are what gets measured, so it changes with them.
-ENGINE_VERSION = "1.0.0"
+ENGINE_VERSION = "1.1.0"
 
 
 def framework_version() -> str:

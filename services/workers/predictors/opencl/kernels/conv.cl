@@ -3,41 +3,43 @@
  * packed at load time as [G][ceil(M/16)][K][16] (zero rows past M), so the 16 weights one k
  * of a tile needs lie side by side. Three kernels:
  *
- * - conv_tile: a work-item owns a few adjacent tiles of 16 output pixels. It copies each
- *   tile's K x 16 slice of col into local memory (the "panel"; on a CPU, a cache-resident
- *   scratch per thread), then runs over its share of the output channels 16 at a time: a
- *   16 x 16 register tile, 16 float16 accumulators, one panel load feeding 16 FMAs whose
- *   weights are broadcast from memory. col is never written to global memory, so a batch of
+ * - conv_tile: a work-item owns a few adjacent tiles of TP output pixels (TP: the device's
+ *   float vector width, see common.cl). It copies each tile's K x TP slice of col into local
+ *   memory (the "panel"; on a CPU, a cache-resident scratch per thread), then runs over its
+ *   share of the output channels 16 at a time: a 16 x TP register tile, 16 floatv
+ *   accumulators, one panel load feeding 16 FMAs whose weights are broadcast from memory. col is never written to global memory, so a batch of
  *   8 costs about 8 times a batch of 1 rather than spilling out of the caches.
  * - conv_gemm (after im2col): the same tile reading col from global memory, for devices
  *   whose local memory cannot hold a panel.
- * - conv_direct: one output per work-item, for what a 16-pixel tile does not fit (depthwise
- *   and narrow groups, fewer than 16 output pixels).
+ * - conv_direct: one output per work-item, for what a TP-pixel tile does not fit (depthwise
+ *   and narrow groups, fewer than TP output pixels).
  *
  * Bias, a residual input (ResNet's Add/Sum) and the activation are applied in the epilogue,
  * so a fused Conv+Add+Relu writes its output once. A tile that would run past the end of a
  * row (or of the image) is moved back to end there: it overlaps its neighbour, and both
  * write the same values. */
 
-#define TM 16
-#define TP 16
+/* The tile below is written out for 16 output channels (c0..c15); tiling.py keeps TM 16. */
+#if TM != 16
+#error "conv.cl's register tile is written out for DLSCOPE_TM == 16"
+#endif
 
 #define STORE(c, r)                                                      \
   if (m0 + r < M) {                                                      \
     size_t o = (ybase + (size_t)(m0 + r)) * P + p0;                      \
-    float16 v = c + bias[g * M + m0 + r];                                \
-    if (residual) v += *(__global const float16u*)(residual + o);        \
-    *(__global float16u*)(y + o) = activate16(v, act, a0, a1);           \
+    floatv v = c + bias[g * M + m0 + r];                                 \
+    if (residual) v += *(__global const floatvu*)(residual + o);         \
+    STORE_ACTIVATED(y + o, v, act, a0, a1)                               \
   }
 
-/* The 16 x 16 tile of output channels m0.. and pixels p0..: b(k) is the panel row of k. */
+/* The 16 x TP tile of output channels m0.. and pixels p0..: b(k) is the panel row of k. */
 #define TILE(b)                                                                           \
   {                                                                                       \
-    float16 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f, c4 = 0.0f, c5 = 0.0f, c6 = 0.0f,  \
+    floatv c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f, c4 = 0.0f, c5 = 0.0f, c6 = 0.0f,  \
             c7 = 0.0f, c8 = 0.0f, c9 = 0.0f, c10 = 0.0f, c11 = 0.0f, c12 = 0.0f,          \
             c13 = 0.0f, c14 = 0.0f, c15 = 0.0f;                                           \
     for (int k = 0; k < K; ++k) {                                                         \
-      float16 bv = b(k);                                                                  \
+      floatv bv = b(k);                                                                  \
       __global const float* ak = a + k * TM;                                              \
       c0 += ak[0] * bv; c1 += ak[1] * bv; c2 += ak[2] * bv; c3 += ak[3] * bv;             \
       c4 += ak[4] * bv; c5 += ak[5] * bv; c6 += ak[6] * bv; c7 += ak[7] * bv;             \
@@ -49,10 +51,10 @@
     STORE(c12, 12) STORE(c13, 13) STORE(c14, 14) STORE(c15, 15)                           \
   }
 
-#define PANEL_ROW(k) (*(__local const float16*)(tile_panel + (k) * TP))
+#define PANEL_ROW(k) (*(__local const floatv*)(tile_panel + (k) * TP))
 
 /* The first output pixel of tile t: tiles run along output rows when a row holds one
- * (OW >= 16), else over the flattened image (P >= 16). */
+ * (OW >= TP), else over the flattened image (P >= TP). */
 inline int tile_start(int t, int OH, int OW) {
   if (OW >= TP) {
     int per_row = (OW + TP - 1) / TP;
@@ -64,13 +66,13 @@ inline int tile_start(int t, int OH, int OW) {
   return t * TP > P - TP ? P - TP : t * TP;
 }
 
-/* The panel of the 16 pixels from p0: row k = (c, kh, kw) holds their im2col values. */
+/* The panel of the TP pixels from p0: row k = (c, kh, kw) holds their im2col values. */
 inline void fill_panel(__local float* restrict panel, __global const float* restrict xg,
                        int p0, int C, int H, int W, int OW, int KH, int KW, int SH, int SW,
                        int PH, int PW, int DH, int DW) {
   int oh0 = p0 / OW, ow0 = p0 - (p0 / OW) * OW;
   if (ow0 + TP <= OW && SW == 1) {
-    /* The 16 pixels of a panel row are 16 adjacent inputs: one vector, unless the window
+    /* The TP pixels of a panel row are TP adjacent inputs: one vector, unless the window
      * hangs over the left or right edge. */
     int k = 0;
     for (int c = 0; c < C; ++c)
@@ -81,9 +83,9 @@ inline void fill_panel(__local float* restrict panel, __global const float* rest
           __local float* dst = panel + k * TP;
           int iw0 = ow0 - PW + kw * DW;
           if (ih < 0 || ih >= H) {
-            *(__local float16*)dst = (float16)0.0f;
+            *(__local floatv*)dst = (floatv)0.0f;
           } else if (iw0 >= 0 && iw0 + TP <= W) {
-            *(__local float16*)dst = *(__global const float16u*)(row + iw0);
+            *(__local floatv*)dst = *(__global const floatvu*)(row + iw0);
           } else {
             for (int j = 0; j < TP; ++j) {
               int iw = iw0 + j;
@@ -114,9 +116,9 @@ inline void fill_panel(__local float* restrict panel, __global const float* rest
   }
 }
 
-/* global: (ceil(tiles / S), G * chunks, N), local (1, 1, 1); panel: S * K * 16 floats of
- * local memory. A work-item takes S adjacent tiles: it reads S * 64 contiguous bytes of each
- * input row it needs rather than 64, and uses each block of weights S times while it is in
+/* global: (ceil(tiles / S), G * chunks, N), local (1, 1, 1); panel: S * K * TP floats of
+ * local memory. A work-item takes S adjacent tiles: it reads S * TP contiguous floats of each
+ * input row it needs rather than TP, and uses each block of weights S times while it is in
  * cache. Each of the chunks takes an equal share of the ceil(M/16) channel blocks: more
  * work-items when the image alone has too few tiles to share out. */
 __kernel void conv_tile(__global const float* restrict x, __global const float* restrict w,
@@ -176,10 +178,10 @@ __kernel void im2col(__global const float* restrict x, __global float* restrict 
   for (int ow = 0; ow < OW; ++ow, iw += SW) out[ow] = (iw >= 0 && iw < W) ? row[iw] : 0.0f;
 }
 
-#define GLOBAL_ROW(k) (*(__global const float16u*)(bp + (size_t)(k) * P))
+#define GLOBAL_ROW(k) (*(__global const floatvu*)(bp + (size_t)(k) * P))
 
-/* global: (G * ceil(M/16), ceil(P/16), N), local (1, 1, 1); b: the input itself for a 1x1
- * stride-1 convolution, else its im2col. P >= 16. */
+/* global: (G * ceil(M/16), ceil(P/TP), N), local (1, 1, 1); b: the input itself for a 1x1
+ * stride-1 convolution, else its im2col. P >= TP. */
 __kernel void conv_gemm(__global const float* restrict w, __global const float* restrict b,
                         __global const float* restrict bias,
                         __global const float* restrict residual, __global float* restrict y,

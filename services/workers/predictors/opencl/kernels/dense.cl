@@ -2,8 +2,8 @@
  *
  * dense: y[r][m] = act(bias[m] + sum_k x[r][k] * w[m][k]) -- Gemm and MatMul by a constant
  * (fully connected layers). Batches are small (rows = batch), so the weights are streamed once
- * per 4 rows: each work-item computes 4 outputs x 4 rows, 16 k at a time. Rows and outputs past
- * the end are clamped (computed twice, stored once).
+ * per 4 rows: each work-item computes 4 outputs x 4 rows, TP k (one vector) at a time. Rows
+ * and outputs past the end are clamped (computed twice, stored once).
  *
  * matmul: the general batched product of two run-time tensors, one output per work-item; the
  * element offsets of each batch's operands come from a table (numpy broadcasting of the batch
@@ -30,29 +30,29 @@ __kernel void dense(__global const float* restrict x, __global const float* rest
   __global const float* x1p = x + (size_t)ri[1] * K;
   __global const float* x2p = x + (size_t)ri[2] * K;
   __global const float* x3p = x + (size_t)ri[3] * K;
-  float16 a0_0 = 0.0f, a0_1 = 0.0f, a0_2 = 0.0f, a0_3 = 0.0f;
-  float16 a1_0 = 0.0f, a1_1 = 0.0f, a1_2 = 0.0f, a1_3 = 0.0f;
-  float16 a2_0 = 0.0f, a2_1 = 0.0f, a2_2 = 0.0f, a2_3 = 0.0f;
-  float16 a3_0 = 0.0f, a3_1 = 0.0f, a3_2 = 0.0f, a3_3 = 0.0f;
+  floatv a0_0 = 0.0f, a0_1 = 0.0f, a0_2 = 0.0f, a0_3 = 0.0f;
+  floatv a1_0 = 0.0f, a1_1 = 0.0f, a1_2 = 0.0f, a1_3 = 0.0f;
+  floatv a2_0 = 0.0f, a2_1 = 0.0f, a2_2 = 0.0f, a2_3 = 0.0f;
+  floatv a3_0 = 0.0f, a3_1 = 0.0f, a3_2 = 0.0f, a3_3 = 0.0f;
   int k = 0;
-  for (; k + 16 <= K; k += 16) {
-    float16 w0 = *(__global const float16u*)(w0p + k);
-    float16 w1 = *(__global const float16u*)(w1p + k);
-    float16 w2 = *(__global const float16u*)(w2p + k);
-    float16 w3 = *(__global const float16u*)(w3p + k);
-    float16 xr = *(__global const float16u*)(x0p + k);
+  for (; k + TP <= K; k += TP) {
+    floatv w0 = *(__global const floatvu*)(w0p + k);
+    floatv w1 = *(__global const floatvu*)(w1p + k);
+    floatv w2 = *(__global const floatvu*)(w2p + k);
+    floatv w3 = *(__global const floatvu*)(w3p + k);
+    floatv xr = *(__global const floatvu*)(x0p + k);
     DOT4(a0_, xr)
-    xr = *(__global const float16u*)(x1p + k);
+    xr = *(__global const floatvu*)(x1p + k);
     DOT4(a1_, xr)
-    xr = *(__global const float16u*)(x2p + k);
+    xr = *(__global const floatvu*)(x2p + k);
     DOT4(a2_, xr)
-    xr = *(__global const float16u*)(x3p + k);
+    xr = *(__global const floatvu*)(x3p + k);
     DOT4(a3_, xr)
   }
-  float s[4][4] = {{sum16(a0_0), sum16(a0_1), sum16(a0_2), sum16(a0_3)},
-                   {sum16(a1_0), sum16(a1_1), sum16(a1_2), sum16(a1_3)},
-                   {sum16(a2_0), sum16(a2_1), sum16(a2_2), sum16(a2_3)},
-                   {sum16(a3_0), sum16(a3_1), sum16(a3_2), sum16(a3_3)}};
+  float s[4][4] = {{SUMV(a0_0), SUMV(a0_1), SUMV(a0_2), SUMV(a0_3)},
+                   {SUMV(a1_0), SUMV(a1_1), SUMV(a1_2), SUMV(a1_3)},
+                   {SUMV(a2_0), SUMV(a2_1), SUMV(a2_2), SUMV(a2_3)},
+                   {SUMV(a3_0), SUMV(a3_1), SUMV(a3_2), SUMV(a3_3)}};
   for (; k < K; ++k) {
     for (int r = 0; r < 4; ++r) {
       float xv = x[(size_t)ri[r] * K + k];

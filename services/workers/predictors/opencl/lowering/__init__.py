@@ -34,6 +34,7 @@ from services.workers.predictors.opencl.lowering.pooling import (
     lower_pool,
 )
 from services.workers.predictors.opencl.shapes import Shape
+from services.workers.predictors.opencl.tiling import Tiling
 from shared.errors import PredictorError
 
 __all__ = [
@@ -90,8 +91,10 @@ def lower(
     *,
     compute_units: int,
     local_memory_bytes: int,
+    tiling: Tiling,
 ) -> list[Layer | Alias]:
-    """Each node's launches (or alias), sized for a device with these resources."""
+    """Each node's launches (or alias), sized for a device with these resources and a
+    program built with this tiling."""
     ctx = Context(
         shapes=shapes,
         constants=graph.constants,
@@ -99,6 +102,7 @@ def lower(
         opset=graph.opset,
         compute_units=compute_units,
         local_memory_bytes=local_memory_bytes,
+        tiling=tiling,
     )
     lowered: list[Layer | Alias] = []
     for node in graph.nodes:

@@ -16,6 +16,7 @@ import numpy as np
 
 from services.workers.predictors.opencl.graph import Activation, Node
 from services.workers.predictors.opencl.shapes import Shape
+from services.workers.predictors.opencl.tiling import Tiling
 from shared.errors import PredictorError
 
 __all__ = [
@@ -145,7 +146,8 @@ class ConstantPool:
 
 @dataclass
 class Context:
-    """What lowering one node may consult: shapes, the graph's constants, the pool."""
+    """What lowering one node may consult: shapes, the graph's constants, the pool, and the
+    device's resources and the tiling its program was built with."""
 
     shapes: dict[str, Shape]
     constants: dict[str, np.ndarray]
@@ -153,6 +155,7 @@ class Context:
     opset: int
     compute_units: int
     local_memory_bytes: int
+    tiling: Tiling
 
     def shape(self, name: str) -> Shape:
         if name in self.shapes:

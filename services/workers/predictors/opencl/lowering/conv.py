@@ -23,11 +23,10 @@ from services.workers.predictors.opencl.lowering.base import (
 from services.workers.predictors.opencl.shapes import window
 from shared.errors import PredictorError
 
-__all__ = ["TILE_CHANNELS", "TILE_PIXELS", "lower_conv", "pack_weights"]
+__all__ = ["lower_conv", "pack_weights"]
 
-# The register tile: output channels x output pixels (kernels/conv.cl TM, TP).
-TILE_CHANNELS = 16
-TILE_PIXELS = 16
+# The register tile, output channels x output pixels (kernels/conv.cl TM, TP), is the
+# device's: ctx.tiling, what its program was built with (tiling.py).
 # Work-items per compute unit worth having: enough for the last ones not to leave the
 # others idle for long, few enough that each fills its panel once for many channels.
 _ITEMS_PER_UNIT = 16
@@ -38,15 +37,15 @@ _TILES_PER_ITEM = 16
 _PANEL_BYTES = 128 * 1024
 
 
-def pack_weights(weight: np.ndarray, groups: int) -> np.ndarray:
-    """[M*G, C, KH, KW] as [G][ceil(M/16)][C*KH*KW][16], zero rows past M: the 16 weights
-    one k of a tile needs lie side by side."""
+def pack_weights(weight: np.ndarray, groups: int, channels: int) -> np.ndarray:
+    """[M*G, C, KH, KW] as [G][ceil(M/TM)][C*KH*KW][TM] (TM: ``channels``), zero rows past
+    M: the TM weights one k of a tile needs lie side by side."""
     m = weight.shape[0] // groups
     k = math.prod(weight.shape[1:])
-    blocks = math.ceil(m / TILE_CHANNELS)
-    padded = np.zeros((groups, blocks * TILE_CHANNELS, k), dtype=np.float32)
+    blocks = math.ceil(m / channels)
+    padded = np.zeros((groups, blocks * channels, k), dtype=np.float32)
     padded[:, :m] = weight.reshape(groups, m, k)
-    tiles = padded.reshape(groups, blocks, TILE_CHANNELS, k).transpose(0, 1, 3, 2)
+    tiles = padded.reshape(groups, blocks, channels, k).transpose(0, 1, 3, 2)
     return np.ascontiguousarray(tiles)
 
 
@@ -64,9 +63,10 @@ def lower_conv(ctx: Context, node: Node) -> Layer:
     (oh, ow), (kh, kw) = win.output, win.kernel
     pixels, depth = oh * ow, c * kh * kw
     geometry = (*win.kernel, *win.strides, *win.pads_begin, *win.dilations)
+    tm, tp = ctx.tiling.channels, ctx.tiling.pixels
 
     weights = ctx.pool.add(
-        f"{w}:tiled{groups}", ctx.constants[w], lambda a: pack_weights(a, groups)
+        f"{w}:tiled{groups}x{tm}", ctx.constants[w], lambda a: pack_weights(a, groups, tm)
     )
     has_bias = len(node.inputs) > 2 and node.inputs[2]
     bias_source = ctx.constants[node.inputs[2]] if has_bias else np.zeros(ws[0], np.float32)
@@ -75,25 +75,21 @@ def lower_conv(ctx: Context, node: Node) -> Layer:
     ends: tuple[Arg, ...] = (bias, residual, TensorArg(node.outputs[0]))
     act = activation_args(node.activation)
 
-    if pixels < TILE_PIXELS or m < TILE_CHANNELS // 2:
+    if pixels < tp or m < tm // 2:
         # Depthwise and narrow groups, tiny outputs: a tile would mostly compute padding.
         global_size, local_size = grid(pixels, groups * m, n)
         shape_args = map(i32, (c, h, wd, m, oh, ow, *geometry, groups))
         args = (TensorArg(x), weights, *ends, *shape_args, *act)
         return ctx.layer(node, [Launch("conv_direct", global_size, local_size, args)])
 
-    panel = 4 * depth * TILE_PIXELS
+    panel = 4 * depth * tp
     if panel <= ctx.local_memory_bytes:
-        tiles = (
-            oh * math.ceil(ow / TILE_PIXELS)
-            if ow >= TILE_PIXELS
-            else math.ceil(pixels / TILE_PIXELS)
-        )
+        tiles = oh * math.ceil(ow / tp) if ow >= tp else math.ceil(pixels / tp)
         per_item = max(
             1, min(_TILES_PER_ITEM, tiles, min(ctx.local_memory_bytes, _PANEL_BYTES) // panel)
         )
         items = math.ceil(tiles / per_item) * groups * n
-        blocks = math.ceil(m / TILE_CHANNELS)
+        blocks = math.ceil(m / tm)
         chunks = min(blocks, max(1, math.ceil(_ITEMS_PER_UNIT * ctx.compute_units / items)))
         shape_args = map(i32, (c, h, wd, m, oh, ow, *geometry, groups, per_item, chunks))
         args = (TensorArg(x), weights, *ends, LocalBytes(per_item * panel), *shape_args, *act)
@@ -115,7 +111,7 @@ def lower_conv(ctx: Context, node: Node) -> Layer:
             *map(i32, (groups * c, h, wd, *geometry, oh, ow)),
         )
         launches.append(Launch("im2col", (oh, groups * depth, n), (1, 1, 1), im2col_args))
-    sizes = (groups * math.ceil(m / TILE_CHANNELS), math.ceil(pixels / TILE_PIXELS), n)
+    sizes = (groups * math.ceil(m / tm), math.ceil(pixels / tp), n)
     args = (weights, columns, *ends, *map(i32, (m, depth, pixels, groups)), *act)
     launches.append(Launch("conv_gemm", sizes, (1, 1, 1), args))
     return ctx.layer(node, launches, scratch)

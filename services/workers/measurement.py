@@ -1,0 +1,161 @@
+"""The measurement session: what runs in the framework's own process for one job.
+
+load -> cold query, warm-up, timed queries -> accuracy (with a dataset) -> output
+fingerprint -> one query's per-layer timings (where the predictor times its layers)
+
+Nothing here talks to the broker or to the event loop: the session runs on the child
+process's main thread (``services.workers.session``), alone, and hands back a ``Run``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from services.workers.accuracy import batches, measure_accuracy
+from services.workers.fingerprint import input_identity, output_fingerprint
+from services.workers.inputs import (
+    FINGERPRINT_SEED,
+    SYNTHETIC_SAMPLES,
+    fingerprint_inputs,
+    query_inputs,
+    query_sizes,
+)
+from services.workers.predictors import PredictorFactory, TimesLayers
+from shared.datasets import Dataset, load_dataset
+from shared.errors import DlscopeError, PredictorError
+from shared.measurement import ScenarioResult, check_sample_count, run_scenario
+from shared.measurement.loadgen import LoadgenResult, run_loadgen
+from shared.messages import AccuracyMeasurement, LayerTiming, OutputFingerprint, RunEvaluation
+
+__all__ = ["ACCURACY_BATCH", "Run", "measure"]
+
+Predict = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
+# Tells the supervising process what the session is doing, so that a crash can be named
+# by its phase ("while loading the model"). Called between phases, never in a timed loop.
+Progress = Callable[[str], None]
+# Accuracy runs the whole dataset through the model in batches of this size (a model with a
+# fixed batch dimension gets its own), independent of the timed scenario's query sizes.
+ACCURACY_BATCH = 32
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one job's session measured, handed back to the worker."""
+
+    load_ns: int
+    native: ScenarioResult | None
+    loadgen: LoadgenResult | None
+    accuracy: AccuracyMeasurement | None
+    fingerprint: OutputFingerprint
+    layers: list[LayerTiming] | None
+    layers_wall_ns: int = 0  # the wall clock when the query whose layers were timed began
+
+
+def measure(
+    factory: PredictorFactory,
+    job: RunEvaluation,
+    path: Path,
+    *,
+    results_dir: Path,
+    progress: Progress = lambda phase: None,
+) -> Run:
+    """Load the model, run the scenario, then (with a dataset) measure accuracy, then record
+    the output fingerprint (and, where the predictor times its layers, one query's layers).
+
+    The queries run on inputs built before timing starts, one batch per query size the
+    scenario uses: the dataset's first samples, or seeded synthetic inputs. So a latency
+    is the framework call on ready inputs and nothing else."""
+    progress("preparing the inputs")
+    scenario = job.scenario.measurement()
+    dataset = None if job.dataset is None else load_dataset(job.dataset, job.split)
+    sample_count = len(dataset) if dataset is not None else SYNTHETIC_SAMPLES
+    check_sample_count(scenario, sample_count)  # before the model is loaded
+    by_size = {
+        size: query_inputs(job.manifest, dataset, size, seed=job.scenario.seed)
+        for size in query_sizes(scenario)
+    }
+    # The fingerprint's fixed input set: the dataset's first batch, made once up front.
+    first = None if dataset is None else next(batches(job.manifest, dataset, ACCURACY_BATCH))
+    predictor = factory.create()
+    progress("loading the model")
+    start = time.perf_counter_ns()
+    predictor.open(job.manifest, path, hardware=job.hardware)
+    load_ns = time.perf_counter_ns() - start
+    try:
+        predict = predictor.predict
+        largest = by_size[max(by_size)]
+
+        def run_query(samples: Sequence[int]) -> object:
+            inputs = by_size.get(len(samples))
+            if inputs is None:  # LoadGen's last, partial offline batch: a view, no copy
+                inputs = {name: array[: len(samples)] for name, array in largest.items()}
+            return predict(inputs)
+
+        progress("running the scenario")
+        native = loadgen = None
+        if job.scenario.driver == "loadgen":
+            loadgen = run_loadgen(
+                scenario,
+                run_query,
+                output_dir=results_dir,
+                sample_count=sample_count,
+                load_ns=load_ns,
+            )
+        else:
+            native = run_scenario(scenario, run_query, sample_count=sample_count, load_ns=load_ns)
+        accuracy = None
+        if dataset is not None:
+            progress("measuring accuracy")
+            accuracy = measure_accuracy(
+                predict, job.manifest, dataset, batches(job.manifest, dataset, ACCURACY_BATCH)
+            )
+        progress("recording the output fingerprint")
+        fingerprint = _fingerprint(predict, job, dataset, first)
+        layers_wall_ns = time.time_ns()
+        layers = None
+        if isinstance(predictor, TimesLayers):
+            progress("timing the layers")
+            layers = _layer_timings(predictor, by_size[min(by_size)])
+        return Run(load_ns, native, loadgen, accuracy, fingerprint, layers, layers_wall_ns)
+    except DlscopeError:
+        raise
+    except Exception as exc:  # the framework's own error types
+        raise PredictorError(
+            f"{predictor.framework} failed running {job.manifest.ref}: {exc}"
+        ) from exc
+    finally:
+        progress("closing the model")
+        predictor.close()
+
+
+def _layer_timings(predictor: TimesLayers, inputs: dict[str, np.ndarray]) -> list[LayerTiming]:
+    """One query's per-layer device timings."""
+    predictor.predict(inputs)
+    return [
+        LayerTiming.model_validate({k: v for k, v in layer.as_dict().items() if k != "duration_ns"})
+        for layer in predictor.layer_timings()
+    ]
+
+
+def _fingerprint(
+    predict: Predict, job: RunEvaluation, dataset: Dataset | None, first: np.ndarray | None
+) -> OutputFingerprint:
+    """The outputs on the fixed input set: the dataset's first batch, or seeded inputs."""
+    manifest = job.manifest
+    if dataset is None or first is None:
+        inputs = fingerprint_inputs(manifest)
+        identity = input_identity(
+            manifest, inputs, kind="synthetic", description=f"synthetic, seed {FINGERPRINT_SEED}"
+        )
+    else:
+        inputs = {manifest.inputs[0].name: first}
+        split = f" {dataset.split}" if dataset.split else ""
+        identity = input_identity(
+            manifest, inputs, kind="dataset", description=f"{dataset.ref}{split}, first batch"
+        )
+    return output_fingerprint(manifest, identity, predict(inputs))
