@@ -64,6 +64,7 @@ class FrameworkProcess:
         self._home = home
         self._deadline_s = deadline_s
         self._process: subprocess.Popen[bytes] | None = None
+        self._socket: socket.socket | None = None
         self._connection: Connection | None = None
         self._inbox: asyncio.Queue[tuple[Any, ...]] | None = None
         self._readers: list[threading.Thread] = []
@@ -121,8 +122,7 @@ class FrameworkProcess:
             process = self._process
             if process is None:
                 return
-            if self._connection is not None:
-                self._connection.close()
+            self._hang_up()
             try:
                 await asyncio.wait_for(asyncio.to_thread(process.wait), _EXIT_GRACE_S)
             except TimeoutError:
@@ -163,7 +163,8 @@ class FrameworkProcess:
         finally:
             child.close()
         FrameworkProcess.running.add(self._process.pid)
-        self._connection = Connection(parent.detach())
+        self._socket = parent
+        self._connection = Connection(os.dup(parent.fileno()))
         self._inbox = asyncio.Queue()
         self._tail.clear()
         self._phase = f"importing {self.framework}"
@@ -272,7 +273,18 @@ class FrameworkProcess:
         await asyncio.to_thread(self._drain_output)
         self._forget()
 
+    def _hang_up(self) -> None:
+        """End the conversation both ways: the framework process reads the end and exits,
+        and our reader thread, blocked receiving, wakes up (closing a descriptor another
+        thread is reading does neither)."""
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_RDWR)
+            self._socket.close()
+            self._socket = None
+
     def _forget(self) -> None:
+        self._hang_up()
         if self._connection is not None:
             with contextlib.suppress(OSError):
                 self._connection.close()
