@@ -4,10 +4,8 @@ For each framework installed here and each model, in one process:
 - dlscope: the worker's own code path, the predictor from ``predictor_factory`` opened on
   the CPU and timed by ``shared.measurement.run_scenario`` around ``predictor.predict(inputs)``,
   exactly as ``services/workers/measurement.py`` ``measure`` does;
-- dlscope, isolated: the same, where a worker really runs it since every framework has its
-  own process: in a ``FrameworkProcess`` (``services.workers.isolation``), one round a call,
-  alternating with the bare loop in this process (the process boundary is crossed between
-  rounds, never inside a timed query);
+- both again inside a ``FrameworkProcess`` (``services.workers.isolation``), where a worker
+  has measured since every framework got its own process ("isolated" in the results);
 - bare: a loop timing the same framework session (the predictor's own: one set of weights,
   one thread pool) called directly on the same input, with the same clock pair.
 
@@ -178,54 +176,22 @@ def _compare(case: Case, rounds: int) -> dict[str, Any]:
 
 
 async def _compare_isolated(case: Case, rounds: int, home: Path) -> dict[str, Any]:
-    """dlscope's measurement in a framework process against the bare loop in this one."""
+    """``_compare`` run inside a framework process, where a worker now measures: dlscope's
+    driver against the bare loop in that same process. (Not against a loop in this process:
+    two live sessions' thread pools, spinning after each query, would slow each other.)"""
     framework = FrameworkProcess(case.framework, "cpu", home=home)
-    predictor = predictor_factory(case.framework).create()
-    predictor.open(case.manifest, case.path, hardware="cpu")
     try:
-        await framework.call(f"{__name__}:open_in_session", case.manifest, str(case.path))
-        inputs = synthetic_inputs(case.manifest, batch_size=1, seed=0)
-        bare_loop = _bare_loops(case.framework, predictor, inputs)["bare"]
-        bare_loop(WARMUP, 1)
-        isolated_ns: list[int] = []
-        bare_ns: list[int] = []
-        paired: list[tuple[float, float]] = []
-        for _ in range(rounds):
-            timed = await framework.call(f"{__name__}:round_in_session", case.per_round)
-            direct = bare_loop(1, case.per_round)
-            isolated_ns += timed
-            bare_ns += direct
-            paired.append((statistics.median(timed), statistics.median(direct)))
+        result: dict[str, Any] = await framework.call(
+            f"{__name__}:compare_in_session", case, rounds
+        )
     finally:
-        predictor.close()
         await framework.close()
-    ours = percentiles([ns / 1e6 for ns in isolated_ns])
-    theirs = percentiles([ns / 1e6 for ns in bare_ns])
-    ratios = [o / t for o, t in paired]
-    return {
-        "dlscope": ours,
-        "bare": theirs,
-        "p50_ratio": ours["p50_ms"] / theirs["p50_ms"],
-        "median_round_ratio": statistics.median(ratios),
-        "median_round_ratio_ci95": _bootstrap_ci(ratios),
-    }
+    return result
 
 
-def open_in_session(session: Session, manifest: ModelManifest, path: str) -> None:
-    """In the framework process: open the model and warm it, as ``_compare`` does here."""
-    predictor = session.factory.create()
-    predictor.open(manifest, Path(path), hardware="cpu")
-    inputs = synthetic_inputs(manifest, batch_size=1, seed=0)
-    session.state.update(predictor=predictor, inputs=inputs)
-    warm = SingleStream(min_query_count=WARMUP, min_duration_s=0, warmup=NO_WARMUP)
-    run_scenario(warm, lambda _: predictor.predict(inputs))
-
-
-def round_in_session(session: Session, per_round: int) -> list[int]:
-    """In the framework process: one round, timed by the worker's driver."""
-    predictor, inputs = session.state["predictor"], session.state["inputs"]
-    one_round = SingleStream(min_query_count=per_round, min_duration_s=0, warmup=NO_WARMUP)
-    return list(run_scenario(one_round, lambda _: predictor.predict(inputs)).phases[0].latencies_ns)
+def compare_in_session(session: Session, case: Case, rounds: int) -> dict[str, Any]:
+    """In the framework process: the same comparison as in this one."""
+    return _compare(case, rounds)
 
 
 def _bootstrap_ci(values: list[float], resamples: int = 2000) -> list[float]:
