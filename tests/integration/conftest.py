@@ -62,25 +62,31 @@ class Stack:
         return result
 
 
-@pytest.fixture(
-    params=[
-        "embedded",
-        pytest.param("rabbitmq+postgres", marks=[pytest.mark.rabbitmq, pytest.mark.postgres]),
-    ]
-)
+# The two stacks every such test runs on: in-process, and the real services.
+STACKS = [
+    "embedded",
+    pytest.param("rabbitmq+postgres", marks=[pytest.mark.rabbitmq, pytest.mark.postgres]),
+]
+
+
+def stack_settings(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Settings:
+    """Settings for the stack ``request.param`` names (one of ``STACKS``)."""
+    if request.param == "embedded":
+        return Settings(home=tmp_path, namespace=namespace)
+    return Settings(
+        home=tmp_path,
+        namespace=namespace,
+        broker_url=request.getfixturevalue("rabbitmq_url"),
+        database_url=request.getfixturevalue("postgres_url"),
+    )
+
+
+@pytest.fixture(params=STACKS)
 async def any_stack(
     request: pytest.FixtureRequest, tmp_path: Path, namespace: str
 ) -> AsyncIterator[Stack]:
     """Every service and the gateway in this process: embedded, then on RabbitMQ + Postgres."""
-    if request.param == "embedded":
-        settings = Settings(home=tmp_path, namespace=namespace)
-    else:
-        settings = Settings(
-            home=tmp_path,
-            namespace=namespace,
-            broker_url=request.getfixturevalue("rabbitmq_url"),
-            database_url=request.getfixturevalue("postgres_url"),
-        )
+    settings = stack_settings(request, tmp_path, namespace)
     runtime = Runtime(
         settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
     )

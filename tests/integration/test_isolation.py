@@ -20,11 +20,11 @@ from dlscope.embedded import all_services
 from dlscope.local import purge_namespace
 from services.workers import WorkerService
 from services.workers.isolation import FrameworkCrashed, FrameworkProcess
-from shared.config import Settings
 from shared.errors import ConfigurationError, PredictorError
 from shared.messaging import create_broker
 from shared.runtime import Runtime, running
 from shared.telemetry import Telemetry
+from tests.integration.conftest import STACKS, stack_settings
 
 FAULTS = "tests.integration.faults"
 
@@ -129,31 +129,20 @@ def test_a_framework_process_dies_with_its_worker_when_that_is_killed(tmp_path: 
 # Through a worker, on the embedded stack and on RabbitMQ + PostgreSQL.
 
 
-@pytest.fixture(
-    params=[
-        "embedded",
-        pytest.param("rabbitmq+postgres", marks=[pytest.mark.rabbitmq, pytest.mark.postgres]),
-    ]
-)
+@pytest.fixture(params=STACKS)
 async def two_frameworks(
     request: pytest.FixtureRequest, tmp_path: Path, namespace: str
 ) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, WorkerService]]]:
-    if request.param == "embedded":
-        settings = Settings(home=tmp_path, namespace=namespace)
-    else:
-        settings = Settings(
-            home=tmp_path,
-            namespace=namespace,
-            broker_url=request.getfixturevalue("rabbitmq_url"),
-            database_url=request.getfixturevalue("postgres_url"),
-        )
+    settings = stack_settings(request, tmp_path, namespace)
     runtime = Runtime(
         settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
     )
     services = all_services(
         runtime, [("onnxruntime", "cpu"), ("opencl", "cpu")], gateway=("127.0.0.1", 0)
     )
-    workers = {s.framework: s for s in services if isinstance(s, WorkerService)}
+    workers: dict[str, WorkerService] = {
+        s.framework: s for s in services if isinstance(s, WorkerService)
+    }
     try:
         async with running(services):
             port = services[-1].port  # type: ignore[attr-defined]
