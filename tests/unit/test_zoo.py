@@ -70,7 +70,7 @@ def test_every_manifest_of_the_zoo_validates_and_is_defined_once() -> None:
     assert {("model", f"{name}@{v}") for name, v in versions.items()} <= refs
     assert {
         ("framework", ref)
-        for ref in ("onnxruntime@1.31.1", "pytorch@2.13.0", "tensorflow@2.21.0", "opencl@1.0.0")
+        for ref in ("onnxruntime@1.31.1", "pytorch@2.13.0", "tensorflow@2.21.0", "opencl@1.1.0")
     } <= refs
     assert {("dataset", "digits@1.0.0"), ("dataset", "sample-photos@1.0.0")} <= refs
 
