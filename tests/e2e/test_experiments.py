@@ -75,6 +75,13 @@ async def test_one_http_request_evaluates_the_digits_model_on_every_cpu_framewor
                 registered = await http.post("/v1/models", json=body)
                 assert registered.status_code == 201, registered.text
 
+            # Registered is not yet listed: the read model follows once the recorder has
+            # stored the registrations, and the experiment finds exports in the read model.
+            async def all_listed() -> bool:
+                names = {m["name"] for m in (await http.get("/v1/models")).json()}
+                return names >= {model.manifest.name for model in zoo}
+
+            await eventually(all_listed)
             response = await http.post(
                 "/v1/experiments",
                 json={
