@@ -1,4 +1,4 @@
-"""``python -m bench [dispatch] [recorder_throughput]``: run benchmarks, print and save results."""
+"""``python -m bench [name ...]`` (e.g. ``recorder_drain``): run, print and save results."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from bench.common import save
 BENCHMARKS = (
     "dispatch",
     "recorder_throughput",
+    "recorder_drain",
     "harness_overhead",
     "opencl",
     "loadgen_parity",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import signal
 import sys
 import uuid
@@ -13,8 +14,10 @@ from typing import Annotated, Any, cast
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
 
+from dlscope.dlq_cli import dlq
 from dlscope.experiments_cli import (
     experiment_request,
     framework_selection,
@@ -45,8 +48,11 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-db = typer.Typer(help="The event store: migrations and projections.", no_args_is_help=True)
+db = typer.Typer(
+    help="The event store: migrations, projections and admission checks.", no_args_is_help=True
+)
 app.add_typer(db, name="db")
+app.add_typer(dlq, name="dlq")
 app.add_typer(models, name="models")
 app.add_typer(zoo, name="zoo")
 app.command("compare")(compare_command)
@@ -86,8 +92,7 @@ def _request(
             requested_by=requested_by,
         )
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise fail(problems, 2) from exc
+        raise fail(_problems(exc, {**_REQUEST_OPTIONS, **_SCENARIO_OPTIONS}), 2) from exc
 
 
 def _summary_table(evaluation: dict[str, Any]) -> Table:
@@ -427,8 +432,71 @@ def _scenario(
     try:
         return Scenario.model_validate(fields).model_dump(mode="json", exclude_unset=True)
     except ValidationError as exc:
-        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-        raise fail(f"--scenario {name}: {problems}", 2) from exc
+        raise fail(_problems(exc, _SCENARIO_OPTIONS, scenario=name), 2) from exc
+
+
+# The options that set each wire field, so that an error names what the user typed.
+_SCENARIO_OPTIONS = {
+    "name": "--scenario",
+    "driver": "--driver",
+    "iterations": "--iterations (-n)",
+    "warmup": "--warmup",
+    "batch_size": "--batch-size (-b)",
+    "samples_per_query": "--samples-per-query",
+    "target_qps": "--qps",
+    "latency_bound_ms": "--latency-bound",
+    "batch_sizes": "--batch-sizes",
+    "min_duration_s": "--min-duration",
+    "max_duration_s": "--max-duration",
+    "adaptive_half_width": "--adaptive",
+    "seed": "--seed",
+}
+_REQUEST_OPTIONS = {
+    "model": "MODEL",
+    "model_version": "--version",
+    "framework_version": "--framework-version",
+    "dataset": "--dataset",
+    "split": "--split",
+    "scenario": "--scenario",
+}
+# pydantic's wording of a bound, as the CLI says it.
+_BOUNDS = {
+    "greater_than_equal": "must be at least {ge}",
+    "greater_than": "must be greater than {gt}",
+    "less_than_equal": "must be at most {le}",
+    "less_than": "must be less than {lt}",
+    "literal_error": "must be one of {expected}",
+}
+
+
+def _problems(exc: ValidationError, options: dict[str, str], *, scenario: str = "") -> str:
+    """Each of pydantic's errors as "<option> <what is wrong>, got <value>"."""
+    problems = []
+    for error in exc.errors():
+        fields = [str(part) for part in error["loc"] if str(part) in options]
+        template = _BOUNDS.get(error["type"])
+        if fields and template is not None:
+            said = template.format(**error.get("ctx", {}))
+            problems.append(f"{options[fields[-1]]} {said}, got {error['input']!r}")
+        elif fields:
+            problems.append(f"{options[fields[-1]]}: {_rename(error['msg'], options)}")
+        else:
+            # A rule across fields (the scenario's own check): its message names the fields.
+            message = _rename(error["msg"], options).removeprefix(f"{scenario} scenario: ")
+            problems.append(f"--scenario {scenario}: {message}" if scenario else message)
+    return "; ".join(problems)
+
+
+def _rename(message: str, options: dict[str, str]) -> str:
+    message = message.replace("Value error, ", "").replace(": Input should be", " must be")
+    message = message.replace("Input should be", "must be")
+    if "batch_sizes" in options:  # the typed scenario's own wording
+        message = message.replace("batch sizes must", "--batch-sizes must")
+    return re.sub(
+        r"\b(" + "|".join(sorted(options, key=len, reverse=True)) + r")\b",
+        lambda match: options[match.group(1)] if "_" in match.group(1) else match.group(1),
+        message,
+    )
 
 
 @app.command()
@@ -716,6 +784,67 @@ def db_rebuild_projections() -> None:
     except DlscopeError as exc:
         raise fail(str(exc), 1) from exc
     console.print(f"projections rebuilt from {replayed} events")
+
+
+@db.command("check")
+def db_check(
+    quarantine: Annotated[
+        bool,
+        typer.Option(
+            "--quarantine",
+            help="Move them out of the log into the quarantine table and rebuild the projections.",
+        ),
+    ] = False,
+    shown: Annotated[int, typer.Option("--show", min=0, help="How many to list.")] = 20,
+) -> None:
+    """Find stored events the wire contracts would not admit today (unknown type, payload
+    failing its schema); exits 1 if some remain in the log."""
+    from shared.eventstore import EventStore
+    from shared.eventstore.quarantine import (
+        Inadmissible,
+        by_type,
+        find_inadmissible,
+        quarantine_inadmissible,
+    )
+
+    url = Settings().resolved_database_url
+
+    async def main() -> tuple[list[Inadmissible], int, int]:
+        async with EventStore.from_url(url) as store:
+            found = await find_inadmissible(store)
+            moved = await quarantine_inadmissible(store, found) if quarantine else 0
+            return found, moved, await store.count_events()
+
+    try:
+        found, moved, remaining = asyncio.run(main())
+    except DlscopeError as exc:
+        raise fail(str(exc), 1) from exc
+    if not found:
+        console.print(f"all {remaining} stored events are admitted by the wire contracts")
+        return
+    console.print(f"{len(found)} stored events would not be admitted today:")
+    for event_type, count in by_type(found).most_common():
+        console.print(f"  {count:>6}  {escape(event_type)}", highlight=False)
+    table = Table("position", "event id", "type", "stream", "reason")
+    for item in found[:shown]:
+        event = item.event
+        reason = item.reason if len(item.reason) <= 100 else item.reason[:99] + "…"
+        table.add_row(
+            str(event.position),
+            str(event.event_id),
+            escape(event.type),
+            escape(event.stream_id),
+            escape(reason),
+        )
+    if shown:
+        console.print(table)
+    if quarantine:
+        console.print(
+            f"moved {moved} into the quarantine table (quarantined_events) and rebuilt the "
+            f"projections from the {remaining} events left"
+        )
+        return
+    raise fail("run `dlscope db check --quarantine` to move them out of the log", 1)
 
 
 def main() -> None:

@@ -7,7 +7,8 @@ and a user reads what went wrong and what to do about it.
     DlscopeError
     ├── ConfigurationError        settings or a command line that cannot work
     ├── InvalidMessage            a message that can never be processed: dead-lettered, not retried
-    ├── TransientError            worth retrying: a broker or database hiccup, a timeout
+    ├── TransientError            a dependency unavailable (broker, database, a timeout): the
+    │   │                         message is kept and consumption pauses until it is back
     │   ├── BrokerUnavailable
     │   ├── StoreUnavailable
     │   └── RequestTimeout        no reply to a request/reply call in time
@@ -51,7 +52,8 @@ class InvalidMessage(DlscopeError):
 
 
 class TransientError(DlscopeError):
-    """A failure that may pass: the message is retried a bounded number of times."""
+    """A dependency is unavailable, not the message at fault: the message is neither counted
+    as an attempt nor dead-lettered; its subscription pauses, with backoff, until it passes."""
 
 
 class BrokerUnavailable(TransientError):

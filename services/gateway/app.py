@@ -7,11 +7,13 @@ import uuid
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, status
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from opentelemetry import trace
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.gateway.auth import require_token
-from services.gateway.context import GatewayContext, ask_registry
+from services.gateway.auth import UNAUTHORIZED, require_token, secured_openapi
+from services.gateway.context import GatewayContext, ask_registry, publish
+from services.gateway.errors import UNAVAILABLE, dlscope_error, http_error
 from services.gateway.experiments_api import router as experiments_router
 from services.gateway.models_api import router as models_router
 from services.gateway.schemas import (
@@ -20,12 +22,16 @@ from services.gateway.schemas import (
     EvaluationCreate,
     EvaluationEventOut,
     EvaluationOut,
+    Limit,
+    NotFound,
+    Offset,
+    Unreadable,
 )
 from services.gateway.streaming import follow
 from services.gateway.tracing import TracingMiddleware
 from shared.config import Settings
-from shared.errors import DlscopeError, RequestTimeout
-from shared.eventstore.views import EvaluationView
+from shared.errors import DlscopeError
+from shared.eventstore.views import EvaluationStatus, EvaluationView
 from shared.messages import (
     Envelope,
     EvaluationRequested,
@@ -33,6 +39,7 @@ from shared.messages import (
     ResolvedArtifact,
     evaluation_stream,
 )
+from shared.messaging import paused_consumers
 from shared.telemetry import trace_id_hex
 
 __all__ = ["GatewayContext", "create_app"]
@@ -43,21 +50,22 @@ def create_app(context: GatewayContext) -> FastAPI:
         title="dlscope",
         version="1",
         description="Benchmark deep-learning inference across models, frameworks and hardware.",
+        responses=UNAVAILABLE,
     )
     app.state.context = context
+    # Authorization is documented as required only where a token is configured.
+    app.openapi = secured_openapi(app, token_required=bool(context.settings.api_token))  # type: ignore[method-assign]
 
     app.add_middleware(TracingMiddleware, tracer=context.tracer)
-
-    @app.exception_handler(DlscopeError)
-    async def dlscope_error(request: Request, exc: DlscopeError) -> JSONResponse:
-        code = 503 if isinstance(exc, RequestTimeout) else 500
-        return JSONResponse({"detail": str(exc)}, status_code=code)
+    app.add_exception_handler(DlscopeError, dlscope_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
 
     @app.post(
         "/v1/evaluations",
         status_code=status.HTTP_202_ACCEPTED,
         response_model=EvaluationAccepted,
         dependencies=[Depends(require_token)],
+        responses={**UNAUTHORIZED, **Unreadable},
     )
     async def create_evaluation(body: EvaluationCreate, request: Request) -> EvaluationAccepted:
         evaluation_id = uuid.uuid4()
@@ -66,7 +74,8 @@ def create_app(context: GatewayContext) -> FastAPI:
             await _resolve(
                 context, evaluation_id, "dataset", body.dataset, body.dataset_version, "dataset"
             )
-        await context.bus.publish(
+        await publish(
+            context,
             Envelope.wrap(
                 EvaluationRequested(
                     evaluation_id=evaluation_id,
@@ -84,7 +93,7 @@ def create_app(context: GatewayContext) -> FastAPI:
                 ),
                 stream_id=evaluation_stream(evaluation_id),
                 correlation_id=evaluation_id,
-            )
+            ),
         )
         trace_id = trace_id_hex(trace.get_current_span().get_span_context())
         return EvaluationAccepted(
@@ -96,16 +105,16 @@ def create_app(context: GatewayContext) -> FastAPI:
 
     @app.get("/v1/evaluations", response_model=list[EvaluationOut])
     async def list_evaluations(
-        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-        offset: Annotated[int, Query(ge=0)] = 0,
-        status_filter: Annotated[str | None, Query(alias="status")] = None,
+        limit: Limit = 50,
+        offset: Offset = 0,
+        status_filter: Annotated[EvaluationStatus | None, Query(alias="status")] = None,
     ) -> list[EvaluationOut]:
         views = await context.store.list_evaluations(
             limit=limit, offset=offset, status=status_filter
         )
         return [_evaluation_out(v, context.settings) for v in views]
 
-    @app.get("/v1/evaluations/{evaluation_id}", response_model=EvaluationOut)
+    @app.get("/v1/evaluations/{evaluation_id}", response_model=EvaluationOut, responses=NotFound)
     async def get_evaluation(evaluation_id: uuid.UUID) -> EvaluationOut:
         view = await context.store.get_evaluation(evaluation_id)
         if view is None:
@@ -120,7 +129,8 @@ def create_app(context: GatewayContext) -> FastAPI:
                 "description": "The stored events in order; with 'Accept: text/event-stream', "
                 "server-sent events that follow the evaluation until it completes or fails",
                 "content": {"text/event-stream": {}},
-            }
+            },
+            **NotFound,
         },
     )
     async def evaluation_events(
@@ -181,10 +191,16 @@ def create_app(context: GatewayContext) -> FastAPI:
             await context.store.ping()
         except DlscopeError:
             checks["event_store"] = False
+        # Consumers in this process paused for an unavailable dependency (every service's,
+        # in the embedded mode): their messages wait, so what is read here lags behind.
+        # Shown only while there are some, so a healthy answer keeps its shape.
+        paused = paused_consumers(context.bus.broker)
+        if paused:
+            checks["consumers"] = False
         ready = all(checks.values())
         if not ready:
             response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-        return {"ready": ready, "checks": checks}
+        return {"ready": ready, "checks": checks, **({"paused": paused} if paused else {})}
 
     return app
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import Annotated, Self
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from opentelemetry import trace
@@ -24,10 +24,11 @@ from pydantic import (
     model_validator,
 )
 
-from services.gateway.auth import require_token
-from services.gateway.context import GatewayContext, ask_registry, context_of
+from services.gateway.auth import UNAUTHORIZED, require_token
+from services.gateway.context import GatewayContext, ask_registry, context_of, publish
+from services.gateway.schemas import Limit, NotFound, Offset, Unreadable
 from shared.errors import ModelNotFound
-from shared.eventstore import EvaluationView, ExperimentView
+from shared.eventstore import EvaluationView, ExperimentStatus, ExperimentView
 from shared.manifests import DatasetManifest, Manifest, ModelManifest, parse_constraint
 from shared.messages import (
     Envelope,
@@ -62,7 +63,7 @@ class ExperimentCreate(BaseModel):
         "tensors and attributes.training_dataset)",
         examples=["digits-cnn"],
     )
-    models: list[str] | None = Field(
+    models: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None,
         min_length=1,
         description="instead of 'model': the models to compare, listed; the first is the reference",
@@ -74,7 +75,9 @@ class ExperimentCreate(BaseModel):
     framework_version: str = Field(default="*", description="framework version constraint")
     hardware: Hardware = "cpu"
     scenario: Scenario = Field(default_factory=Scenario)
-    dataset: str | None = Field(default=None, description="a labelled dataset: top-1 on it")
+    dataset: str | None = Field(
+        default=None, min_length=1, description="a labelled dataset: top-1 on it"
+    )
     dataset_version: str = "*"
     split: str | None = None
     tolerance: ParityTolerance = Field(default_factory=ParityTolerance)
@@ -139,6 +142,7 @@ class ExperimentOut(BaseModel):
     status_code=status.HTTP_202_ACCEPTED,
     response_model=ExperimentAccepted,
     dependencies=[Depends(require_token)],
+    responses={**UNAUTHORIZED, **Unreadable},
 )
 async def create_experiment(
     body: ExperimentCreate, request: Request, context: Context
@@ -180,10 +184,11 @@ async def create_experiment(
         )
     except ValidationError as exc:  # e.g. a model listed twice
         raise _unprocessable(["models"], exc.errors()[0]["msg"]) from exc
-    await context.bus.publish(
+    await publish(
+        context,
         Envelope.wrap(
             requested, stream_id=experiment_stream(experiment_id), correlation_id=experiment_id
-        )
+        ),
     )
     trace_id = trace_id_hex(trace.get_current_span().get_span_context())
     return ExperimentAccepted(
@@ -198,11 +203,9 @@ async def create_experiment(
 @router.get("", response_model=list[ExperimentOut])
 async def list_experiments(
     context: Context,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
-    status_filter: Annotated[
-        Literal["requested", "scheduled", "compared", "failed"] | None, Query(alias="status")
-    ] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    status_filter: Annotated[ExperimentStatus | None, Query(alias="status")] = None,
 ) -> list[ExperimentOut]:
     views = await context.store.list_experiments(limit=limit, offset=offset, status=status_filter)
     members = [m["evaluation_id"] for view in views for m in view.members or []]
@@ -210,7 +213,7 @@ async def list_experiments(
     return [_out(view, evaluations, context) for view in views]
 
 
-@router.get("/{experiment_id}", response_model=ExperimentOut)
+@router.get("/{experiment_id}", response_model=ExperimentOut, responses=NotFound)
 async def get_experiment(experiment_id: uuid.UUID, context: Context) -> ExperimentOut:
     view = await context.store.get_experiment(experiment_id)
     if view is None:

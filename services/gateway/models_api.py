@@ -11,9 +11,11 @@ import yaml
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.gateway.auth import require_token
+from services.gateway.auth import UNAUTHORIZED, require_token
 from services.gateway.context import GatewayContext, ask_registry, context_of
+from services.gateway.schemas import NotFound, Unreadable
 from shared.eventstore import ArtifactView
+from shared.manifests import read_yaml
 from shared.messages import (
     DeprecateArtifact,
     DeprecationResult,
@@ -88,7 +90,7 @@ async def list_models(
     return [_out(v) for v in views]
 
 
-@router.get("/{name}", response_model=list[ModelOut])
+@router.get("/{name}", response_model=list[ModelOut], responses=NotFound)
 async def model_versions(name: str, context: Context) -> list[ModelOut]:
     views = await context.store.list_artifacts(kind="model", name=name, include_deprecated=True)
     if not views:
@@ -96,7 +98,7 @@ async def model_versions(name: str, context: Context) -> list[ModelOut]:
     return [_out(v) for v in views]
 
 
-@router.get("/{name}/{version}", response_model=ModelDetail)
+@router.get("/{name}/{version}", response_model=ModelDetail, responses=NotFound)
 async def model_version(name: str, version: str, context: Context) -> ModelDetail:
     views = await context.store.list_artifacts(kind="model", name=name, include_deprecated=True)
     for view in views:
@@ -121,6 +123,9 @@ async def model_version(name: str, version: str, context: Context) -> ModelDetai
     responses={
         200: {"description": "this exact manifest was registered already"},
         409: {"description": "the version exists with other content"},
+        415: {"description": "a body neither JSON nor YAML"},
+        422: {"description": "a manifest that cannot be parsed or does not validate"},
+        **UNAUTHORIZED,
     },
 )
 async def register_model(request: Request, response: Response, context: Context) -> Registered:
@@ -141,6 +146,7 @@ async def register_model(request: Request, response: Response, context: Context)
     "/{name}/{version}/deprecate",
     status_code=status.HTTP_204_NO_CONTENT,
     dependencies=[Depends(require_token)],
+    responses={**NotFound, **UNAUTHORIZED, **Unreadable},
 )
 async def deprecate_model(name: str, version: str, body: Deprecation, context: Context) -> None:
     """Deprecate a version: constraints stop choosing it; an exact pin still does."""
@@ -156,7 +162,7 @@ def _parse_manifest(content_type: str, body: bytes) -> dict[str, Any]:
     media = content_type.split(";")[0].strip().lower()
     try:
         if media in YAML_TYPES:
-            data = yaml.safe_load(body)
+            data = read_yaml(body)
         elif media in ("application/json", ""):
             data = orjson.loads(body)
         else:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.messages import Framework, Hardware, LatencySummary, Scenario
@@ -16,7 +17,21 @@ __all__ = [
     "EvaluationCreate",
     "EvaluationEventOut",
     "EvaluationOut",
+    "Limit",
+    "NotFound",
+    "Offset",
+    "Unreadable",
 ]
+
+# Pages of the lists. The offset's bound keeps it inside every database's integer (past it
+# a 422, not the database's overflow); no list is anywhere near that long.
+MAX_OFFSET = 2**31 - 1
+Limit = Annotated[int, Query(ge=1, le=1000, description="at most this many items")]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="skip this many items first")]
+
+NotFound: dict[int | str, dict[str, Any]] = {404: {"description": "no such item (yet)"}}
+# FastAPI answers 400 to a body it cannot read at all (not UTF-8, say), before validating.
+Unreadable: dict[int | str, dict[str, Any]] = {400: {"description": "the body cannot be read"}}
 
 
 class EvaluationCreate(BaseModel):
@@ -32,7 +47,9 @@ class EvaluationCreate(BaseModel):
     agent_id: str | None = Field(default=None, description="pin the evaluation to one agent")
     scenario: Scenario = Field(default_factory=Scenario)
     dataset: str | None = Field(
-        default=None, description="a labelled dataset: top-1/top-5 accuracy is measured on it"
+        default=None,
+        min_length=1,
+        description="a labelled dataset: top-1/top-5 accuracy is measured on it",
     )
     dataset_version: str = Field(default="*", description="dataset version constraint")
     split: str | None = Field(default=None, description="one split of the dataset, e.g. test")

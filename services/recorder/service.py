@@ -76,5 +76,9 @@ class RecorderService:
 
     async def _record(self, envelope: Envelope) -> None:
         assert self._writer is not None, "started before consuming"
+        # Admission: only known types with payloads their wire contract accepts enter the log.
+        # Anything else raises InvalidMessage, which the bus dead-letters at once with the reason,
+        # as every other service does with the same message.
+        envelope.typed()
         if not await self._writer.submit(envelope):
             log.debug("event %s was already stored; skipping the duplicate", envelope.event_id)

@@ -2,7 +2,9 @@
 
 ``events`` is the log and the only source of truth. ``evaluations``, ``agents``,
 ``artifacts`` and ``experiments`` are projections: read models derived from the log, which
-``EventStore.rebuild_projections`` can throw away and derive again. The Alembic revisions in
+``EventStore.rebuild_projections`` can throw away and derive again. ``quarantined_events``
+keeps, apart from the log, events it once took that its wire contracts no longer admit
+(``dlscope db check --quarantine``). The Alembic revisions in
 ``migrations/versions`` create exactly these tables; keep the two in step."""
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "events",
     "experiments",
     "metadata",
+    "quarantined_events",
 ]
 
 # Named constraints, so a later migration can drop or alter them by a predictable name.
@@ -190,4 +193,27 @@ experiments = Table(
     Column("last_position", BigInteger, nullable=False),
     Index(None, "requested_at"),
     Index(None, "status", "requested_at"),
+)
+
+# Events moved out of the log because the wire contracts do not admit them (an unknown type,
+# a payload failing its schema): kept as they were stored, with why, for a person to judge.
+# Nothing reads them into a projection.
+quarantined_events = Table(
+    "quarantined_events",
+    metadata,
+    # The position the event had in the log: kept so its place in the order is not lost.
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
+    Column("stream_id", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("event_id", Uuid, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("payload", _json(), nullable=False),
+    Column("metadata", _json(), nullable=False),
+    Column("correlation_id", Uuid, nullable=False),
+    Column("occurred_at", UtcDateTime, nullable=False),
+    Column("recorded_at", UtcDateTime, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("quarantined_at", UtcDateTime, nullable=False),
+    UniqueConstraint("event_id"),
 )

@@ -43,12 +43,15 @@ __all__ = ["EventStore"]
 # batch is tried again from the start, re-reading what that writer stored.
 _APPEND_ATTEMPTS = 5
 _REBUILD_CHUNK = 1000
+# Positions per statement when quarantining: within SQLite's limit on bound parameters.
+_QUARANTINE_CHUNK = 500
 
 _events = schema.events
 _evaluations = schema.evaluations
 _agents = schema.agents
 _artifacts = schema.artifacts
 _experiments = schema.experiments
+_quarantined = schema.quarantined_events
 
 
 class EventStore:
@@ -119,16 +122,51 @@ class EventStore:
         """
         with self._errors():
             async with self._transaction(write=True) as connection:
-                await connection.execute(delete(_evaluations))
-                await connection.execute(delete(_agents))
-                await connection.execute(delete(_artifacts))
-                await connection.execute(delete(_experiments))
-                replayed, after = 0, 0
-                while chunk := await _read_events(connection, after, _REBUILD_CHUNK):
-                    await project(connection, chunk)
-                    replayed += len(chunk)
-                    after = chunk[-1].position
-                return replayed
+                return await _rebuild(connection)
+
+    async def quarantine(self, reasons: Mapping[int, str]) -> int:
+        """Move the events at these positions out of the log into ``quarantined_events``,
+        each with its reason, and derive the projections again without them; the number
+        moved (a position no longer in the log is skipped).
+
+        One transaction, as ``rebuild_projections``: readers never see the projections of a
+        log that has lost some events but not yet their effects.
+        """
+        if not reasons:
+            return 0
+        quarantined_at = datetime.now(UTC)
+        moved = 0
+        with self._errors():
+            async with self._transaction(write=True) as connection:
+                dialect = connection.dialect.name
+                positions = sorted(reasons)
+                for start in range(0, len(positions), _QUARANTINE_CHUNK):
+                    chosen = one_of(
+                        dialect, _events.c.position, positions[start : start + _QUARANTINE_CHUNK]
+                    )
+                    rows = (await connection.execute(select(_events).where(chosen))).mappings()
+                    kept = [
+                        {
+                            **row,
+                            "reason": reasons[row["position"]],
+                            "quarantined_at": quarantined_at,
+                        }
+                        for row in rows
+                    ]
+                    if kept:
+                        await connection.execute(insert(_quarantined), kept)
+                        await connection.execute(delete(_events).where(chosen))
+                        moved += len(kept)
+                if moved:
+                    await _rebuild(connection)
+        return moved
+
+    async def count_quarantined(self) -> int:
+        """How many events ``quarantine`` has moved out of the log so far."""
+        with self._errors():
+            async with self._engine.connect() as connection:
+                count = await connection.scalar(select(func.count()).select_from(_quarantined))
+        return int(count or 0)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -354,6 +392,19 @@ async def _append(connection: AsyncConnection, batch: Sequence[Envelope]) -> lis
         [_stored(row, position) for row, position in zip(rows, positions, strict=True)],
     )
     return stored_flags
+
+
+async def _rebuild(connection: AsyncConnection) -> int:
+    await connection.execute(delete(_evaluations))
+    await connection.execute(delete(_agents))
+    await connection.execute(delete(_artifacts))
+    await connection.execute(delete(_experiments))
+    replayed, after = 0, 0
+    while chunk := await _read_events(connection, after, _REBUILD_CHUNK):
+        await project(connection, chunk)
+        replayed += len(chunk)
+        after = chunk[-1].position
+    return replayed
 
 
 async def _read_events(connection: AsyncConnection, after: int, limit: int) -> list[StoredEvent]:

@@ -7,7 +7,7 @@ from shared.manifests.dataset import DatasetManifest, SampleSpec, SplitRange
 from shared.manifests.fields import ElementType, FrameworkName, Hardware
 from shared.manifests.framework import FrameworkManifest
 from shared.manifests.kinds import MANIFEST_KINDS, Manifest
-from shared.manifests.loading import load_manifest, load_manifests, parse_manifest
+from shared.manifests.loading import load_manifest, load_manifests, parse_manifest, read_yaml
 from shared.manifests.model import (
     Accuracy,
     FrameworkRequirement,
@@ -87,4 +87,5 @@ __all__ = [
     "parse_constraint",
     "parse_manifest",
     "parse_version",
+    "read_yaml",
 ]

@@ -36,6 +36,7 @@ __all__ = [
     "Strict",
     "Versioned",
     "check_dims",
+    "digest_text",
     "is_loading",
     "labels_file",
     "resolve_local",
@@ -54,6 +55,21 @@ SHA256_PATTERN = r"^[0-9a-f]{64}$"
 UNION_TAGS = frozenset({"file", "names", "range", "indices"})
 # Key of the validation context that holds the folder of the manifest file being read.
 MANIFEST_DIR = "manifest_dir"
+
+
+def digest_text(value: object) -> object:
+    """A ``mode="before"`` validator for a sha256: refuse a number, saying to quote it.
+
+    YAML reads a digest written with digits only as an integer, losing its leading zeros, so
+    the text cannot be recovered from the number. ``load_manifest`` keeps such a digest as
+    written; a manifest parsed elsewhere (JSON with a number in it) is refused here.
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(
+            "sha256 must be quoted: written with digits only, YAML reads it as a number "
+            "(write sha256: '<64 hex digits>')"
+        )
+    return value
 
 
 class Strict(BaseModel):

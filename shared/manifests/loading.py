@@ -19,7 +19,7 @@ from shared.manifests.kinds import MANIFEST_KINDS, Manifest, kind_of
 from shared.manifests.model import ModelManifest
 from shared.manifests.steps import INPUT_OPS, OUTPUT_OPS
 
-__all__ = ["load_manifest", "load_manifests", "parse_manifest"]
+__all__ = ["load_manifest", "load_manifests", "parse_manifest", "read_yaml"]
 
 M = TypeVar("M", ModelManifest, FrameworkManifest, DatasetManifest)
 
@@ -31,10 +31,37 @@ def load_manifest(path: Path) -> Manifest:
     installed and labels files must exist. ``ManifestError`` names the file and the field.
     """
     try:
-        data = yaml.safe_load(path.read_text())
+        data = read_yaml(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise ManifestError(f"{path}: cannot read manifest: {exc}") from exc
     return parse_manifest(data, origin=str(path), directory=path.parent)
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader, except that a ``sha256`` is kept as the text it is written as.
+
+    A digest of digits only would otherwise be read as a number (and one with leading zeros
+    could not be told back from it): taken as written, it validates as the string it is.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        for key, value in node.value:
+            if (
+                isinstance(key, yaml.ScalarNode)
+                and key.value == "sha256"
+                and isinstance(value, yaml.ScalarNode)
+                and value.tag in (_INT, _FLOAT)
+            ):
+                value.tag = _STR
+        return super().construct_mapping(node, deep=deep)
+
+
+_INT, _FLOAT, _STR = (f"tag:yaml.org,2002:{t}" for t in ("int", "float", "str"))
+
+
+def read_yaml(text: str | bytes) -> Any:
+    """A YAML document as ``yaml.safe_load`` reads it, every ``sha256`` kept as text."""
+    return yaml.load(text, Loader=_Loader)
 
 
 def parse_manifest(data: object, *, origin: str, directory: Path | None = None) -> Manifest:

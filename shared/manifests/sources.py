@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from shared.manifests.fields import SHA256_PATTERN, Strict, resolve_local
+from shared.manifests.fields import SHA256_PATTERN, Strict, digest_text, resolve_local
 
 __all__ = ["ArchiveFormat", "DatasetSource", "ModelSource"]
 
@@ -65,6 +65,7 @@ class ModelSource(Strict):
         return resolve_local(value, info)
 
     _member = field_validator("member")(_check_member)
+    _sha256 = field_validator("sha256", mode="before")(digest_text)
 
     @model_validator(mode="after")
     def _together(self) -> ModelSource:
@@ -93,6 +94,7 @@ class DatasetSource(Strict):
         return None if value is None else resolve_local(value, info)
 
     _member = field_validator("member")(_check_member)
+    _sha256 = field_validator("sha256", mode="before")(digest_text)
 
     @model_validator(mode="after")
     def _one_origin(self) -> DatasetSource:

@@ -9,7 +9,7 @@ from shared.messaging.broker import (
     OutgoingMessage,
     Verdict,
 )
-from shared.messaging.bus import Bus, Handler, current_delivery
+from shared.messaging.bus import Bus, Handler, current_delivery, paused_consumers
 from shared.messaging.connect import create_broker
 from shared.messaging.memory import MemoryBroker
 from shared.messaging.topics import topic_matches
@@ -27,5 +27,6 @@ __all__ = [
     "Verdict",
     "create_broker",
     "current_delivery",
+    "paused_consumers",
     "topic_matches",
 ]

@@ -306,6 +306,10 @@ class AmqpBroker:
     ) -> None:
         # The copy is confirmed before the original is acked: a crash in between duplicates
         # the message rather than losing it.
+        if verdict.outcome is Outcome.REQUEUE:
+            # Back to its place in the queue, flagged redelivered, its attempt unchanged.
+            await message.nack(requeue=True)
+            return
         headers: HeadersType = dict(message.headers)
         if verdict.outcome is Outcome.RETRY:
             headers[ATTEMPT_HEADER] = str(delivery.attempt + 1)

@@ -12,8 +12,11 @@ What every adapter guarantees:
   are *started* in delivery order; the consumer's ``Verdict`` settles each one:
   ACK removes it; RETRY puts it back at the tail with ``attempt + 1``; DEAD_LETTER publishes
   it to the dead-letter exchange under its original routing key with the reason in the
-  ``x-dlscope-reason`` header, then removes it. The adapter settles only after the consumer
-  returns, so an effect committed by the consumer is never lost to an early ack.
+  ``x-dlscope-reason`` header, then removes it; REQUEUE hands it back unsettled, as a
+  consumer that went away would (RabbitMQ's ``basic.nack`` with requeue): back at its place
+  in the queue, flagged ``redelivered``, its attempt unchanged. The adapter settles only
+  after the consumer returns, so an effect committed by the consumer is never lost to an
+  early ack.
 - A message left unsettled when a consumer goes away (crash, cancel) is delivered again,
   flagged ``redelivered``.
 - Partitions (``declare_partitions``): a consistent-hash exchange, as RabbitMQ's
@@ -57,6 +60,8 @@ class Outcome(enum.Enum):
     ACK = "ack"
     RETRY = "retry"
     DEAD_LETTER = "dead-letter"
+    # Not the message's fault (a dependency is unavailable): not counted as an attempt.
+    REQUEUE = "requeue"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -26,10 +27,11 @@ from shared.messaging.broker import (
     Subscription,
     Verdict,
 )
+from shared.messaging.pause import Backoff, Pause
 from shared.messaging.policy import verdict_for
 from shared.telemetry import Telemetry, inject, parent_context
 
-__all__ = ["Bus", "DeadLetterHook", "Handler", "current_delivery"]
+__all__ = ["Bus", "DeadLetterHook", "Handler", "current_delivery", "paused_consumers"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,19 @@ Handler = Callable[[Envelope], Awaitable[Envelope | None]]
 DeadLetterHook = Callable[[Envelope, str], Awaitable[None]]
 
 _delivery: contextvars.ContextVar[Delivery] = contextvars.ContextVar("dlscope_delivery")
+
+# The buses on each broker, for a process-wide view of paused consumers (the embedded mode
+# runs every service's bus on one broker; /readyz reports them all). Weak: a broker's buses
+# go with it.
+_buses: weakref.WeakKeyDictionary[Broker, weakref.WeakSet[Bus]] = weakref.WeakKeyDictionary()
+
+
+def paused_consumers(broker: Broker) -> dict[str, str]:
+    """Every paused subscription of every bus on ``broker``: ``service:queue`` -> why."""
+    paused: dict[str, str] = {}
+    for bus in _buses.get(broker, ()):
+        paused.update({f"{bus.service}:{queue}": why for queue, why in bus.paused.items()})
+    return paused
 
 
 def current_delivery() -> Delivery:
@@ -57,6 +72,8 @@ class Bus:
         service: str,
         max_attempts: int = 3,
         prefetch: int = 16,
+        pause_initial_s: float = 0.5,
+        pause_cap_s: float = 30.0,
     ) -> None:
         self.broker = broker
         self.topology = topology
@@ -68,6 +85,11 @@ class Bus:
         self._reply_queue: str | None = None
         self._reply_lock = asyncio.Lock()
         self._pending: dict[str, asyncio.Future[Envelope]] = {}
+        # One per subscription: consumption paused while a dependency is unavailable.
+        self._pauses: list[Pause] = []
+        self._pause_initial_s = pause_initial_s
+        self._pause_cap_s = pause_cap_s
+        _buses.setdefault(broker, weakref.WeakSet()).add(self)
 
     async def start(self) -> None:
         # Several buses may share one broker (the embedded mode); whoever created the broker
@@ -84,12 +106,23 @@ class Bus:
         for subscription in reversed(self._subscriptions):
             await subscription.cancel()
         self._subscriptions.clear()
+        for pause in self._pauses:
+            await pause.close()
+        self._pauses.clear()
         for future in self._pending.values():
             future.cancel()
 
     @property
     def is_connected(self) -> bool:
         return self.broker.is_connected
+
+    @property
+    def paused(self) -> dict[str, str]:
+        """The subscriptions paused now, waiting for a dependency: queue -> why."""
+        return {pause.name: pause.reason for pause in self._pauses if pause.reason is not None}
+
+    def _backoff(self) -> Backoff:
+        return Backoff(self._pause_initial_s, self._pause_cap_s)
 
     async def publish(
         self,
@@ -148,10 +181,13 @@ class Bus:
         it goes back to the queue's tail as the next attempt, and past the last one it is
         dead-lettered (``on_dead_letter`` told why) rather than handed out forever."""
 
+        pause = Pause(queue or f"{self.service}.exclusive", backoff=self._backoff())
+        self._pauses.append(pause)
+
         async def consume(delivery: Delivery) -> Verdict:
             if count_redeliveries and delivery.redelivered:
                 return await self._interrupted(delivery, on_dead_letter)
-            return await self._dispatch(delivery, handler, on_dead_letter)
+            return await self._dispatch(delivery, handler, on_dead_letter, pause)
 
         subscription = await self.broker.consume(
             queue,
@@ -225,7 +261,11 @@ class Bus:
         return Verdict(Outcome.DEAD_LETTER, reason)
 
     async def _dispatch(
-        self, delivery: Delivery, handler: Handler, on_dead_letter: DeadLetterHook | None
+        self,
+        delivery: Delivery,
+        handler: Handler,
+        on_dead_letter: DeadLetterHook | None,
+        pause: Pause,
     ) -> Verdict:
         _delivery.set(delivery)  # this delivery's task has its own context
         try:
@@ -233,6 +273,50 @@ class Bus:
         except InvalidMessage as exc:
             log.warning("dead-lettering an invalid message on %r: %s", delivery.routing_key, exc)
             return verdict_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
+        # While the subscription is paused, or earlier deliveries are still held, this one
+        # waits its turn: it must not overtake them.
+        ticket = pause.ticket()
+        try:
+            if pause.blocking and not await pause.hold(ticket, timeout=pause.max_hold):
+                return Verdict(Outcome.REQUEUE, f"held {pause.max_hold:g} s: {pause.reason}")
+            while True:
+                verdict = await self._handle(delivery, envelope, handler)
+                if verdict.outcome is not Outcome.REQUEUE:
+                    pause.succeeded()
+                    break
+                # A dependency is unavailable: keep the message, unsettled, and try it again
+                # when the pause lets it, with nothing after it overtaking it.
+                pause.failed(verdict.reason)
+                pause.finished(ticket)
+                if not await pause.hold(ticket, timeout=pause.max_hold):
+                    log.warning(
+                        "%s: handing %s on %r back to the broker after holding it %g s",
+                        self.service,
+                        envelope.type,
+                        delivery.routing_key,
+                        pause.max_hold,
+                    )
+                    return verdict
+        finally:
+            pause.finished(ticket)
+        if verdict.outcome is Outcome.DEAD_LETTER and on_dead_letter is not None:
+            try:
+                await on_dead_letter(envelope, verdict.reason)
+            except Exception as exc:  # the dead-letter queue still keeps the message
+                log.warning("%s: recording a dead letter failed: %s", self.service, exc)
+        if verdict.outcome is not Outcome.ACK:
+            log.warning(
+                "%s: %s %s on %r: %s",
+                self.service,
+                verdict.outcome.value,
+                envelope.type,
+                delivery.routing_key,
+                verdict.reason,
+            )
+        return verdict
+
+    async def _handle(self, delivery: Delivery, envelope: Envelope, handler: Handler) -> Verdict:
+        """Run ``handler`` once, in a CONSUMER span continuing the publisher's trace."""
         context = parent_context(
             delivery.headers,
             traceparent=envelope.traceparent,
@@ -261,22 +345,7 @@ class Bus:
                 error = exc
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
-            verdict = verdict_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
-            if verdict.outcome is Outcome.DEAD_LETTER and on_dead_letter is not None:
-                try:
-                    await on_dead_letter(envelope, verdict.reason)
-                except Exception as exc:  # the dead-letter queue still keeps the message
-                    log.warning("%s: recording a dead letter failed: %s", self.service, exc)
-            if verdict.outcome is not Outcome.ACK:
-                log.warning(
-                    "%s: %s %s on %r: %s",
-                    self.service,
-                    verdict.outcome.value,
-                    envelope.type,
-                    delivery.routing_key,
-                    verdict.reason,
-                )
-            return verdict
+            return verdict_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
 
 
 def _messaging_attributes(

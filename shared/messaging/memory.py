@@ -34,7 +34,9 @@ class _Queue:
     name: str
     durable: bool
     dead_letter_exchange: str | None
-    messages: deque[Delivery] = field(default_factory=deque)
+    # (position, delivery): the position, handed out on enqueue, is where a message handed
+    # back unsettled goes again, as RabbitMQ requeues to the original place.
+    messages: deque[tuple[int, Delivery]] = field(default_factory=deque)
     ready: asyncio.Condition = field(default_factory=asyncio.Condition)
     in_flight: int = 0
     consumers: int = 0
@@ -69,6 +71,7 @@ class MemoryBroker:
         self._queues: dict[str, _Queue] = {}
         self._connected = False
         self._names = itertools.count(1)
+        self._positions = itertools.count()
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -222,13 +225,19 @@ class MemoryBroker:
         if (binding.pattern, queue) not in bindings:
             bindings.append((binding.pattern, queue))
 
-    async def _enqueue(self, queue: _Queue, delivery: Delivery, *, front: bool = False) -> None:
+    async def _enqueue(self, queue: _Queue, delivery: Delivery) -> None:
         async with queue.ready:
-            if front:
-                queue.messages.appendleft(delivery)
-            else:
-                queue.messages.append(delivery)
+            queue.messages.append((next(self._positions), delivery))
             queue.ready.notify()
+
+    @staticmethod
+    def _put_back(queue: _Queue, position: int, delivery: Delivery) -> None:
+        """Put an unsettled delivery back at its original place, flagged redelivered."""
+        index = next(
+            (i for i, (other, _) in enumerate(queue.messages) if other > position),
+            len(queue.messages),
+        )
+        queue.messages.insert(index, (position, replace(delivery, redelivered=True)))
 
     async def _consume(self, queue: _Queue, consumer: Consumer, prefetch: int) -> None:
         slots = asyncio.Semaphore(prefetch)
@@ -238,9 +247,9 @@ class MemoryBroker:
                 await slots.acquire()
                 async with queue.ready:
                     await queue.ready.wait_for(lambda: bool(queue.messages))
-                    delivery = queue.messages.popleft()
+                    position, delivery = queue.messages.popleft()
                     queue.in_flight += 1
-                task = asyncio.create_task(self._handle(queue, consumer, delivery, slots))
+                task = asyncio.create_task(self._handle(queue, consumer, position, delivery, slots))
                 handlers.add(task)
                 task.add_done_callback(handlers.discard)
         finally:
@@ -249,12 +258,22 @@ class MemoryBroker:
             await asyncio.gather(*handlers, return_exceptions=True)
 
     async def _handle(
-        self, queue: _Queue, consumer: Consumer, delivery: Delivery, slots: asyncio.Semaphore
+        self,
+        queue: _Queue,
+        consumer: Consumer,
+        position: int,
+        delivery: Delivery,
+        slots: asyncio.Semaphore,
     ) -> None:
         settled = False
         try:
             verdict = await consumer(delivery)
-            await self._settle(queue, delivery, verdict)
+            if verdict.outcome is Outcome.REQUEUE:
+                async with queue.ready:
+                    self._put_back(queue, position, delivery)
+                    queue.ready.notify()
+            else:
+                await self._settle(queue, delivery, verdict)
             settled = True
         except asyncio.CancelledError:
             raise
@@ -262,8 +281,8 @@ class MemoryBroker:
             await self._settle(queue, delivery, Verdict(Outcome.RETRY, repr(exc)))
             settled = True
         finally:
-            if not settled:  # cancelled mid-delivery: back to the head, as RabbitMQ requeues
-                queue.messages.appendleft(replace(delivery, redelivered=True))
+            if not settled:  # cancelled mid-delivery: back to its place, as RabbitMQ requeues
+                self._put_back(queue, position, delivery)
             queue.in_flight -= 1
             slots.release()
             if self._quiet():

@@ -21,7 +21,13 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanKind
 
 from shared.config import Settings
-from shared.errors import BrokerUnavailable, ConfigurationError, InvalidMessage, TransientError
+from shared.errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    InvalidMessage,
+    StoreUnavailable,
+    TransientError,
+)
 from shared.messages import Envelope, Topology
 from shared.messaging.amqp import AmqpBroker
 from shared.messaging.broker import (
@@ -36,7 +42,7 @@ from shared.messaging.broker import (
     Subscription,
     Verdict,
 )
-from shared.messaging.bus import Bus, current_delivery
+from shared.messaging.bus import Bus, current_delivery, paused_consumers
 from shared.messaging.memory import MemoryBroker
 from shared.telemetry import Telemetry
 
@@ -720,7 +726,7 @@ async def test_bus_dead_letters_unreadable_messages_and_goes_on(
     assert handled.empty()
 
 
-async def test_bus_retries_a_transient_failure_until_it_succeeds(
+async def test_bus_retries_a_failing_handler_until_it_succeeds(
     rig: Rig, bus_for: Callable[[str], Bus], spans: SpanSink
 ) -> None:
     bus = bus_for("consumer")
@@ -731,7 +737,7 @@ async def test_bus_retries_a_transient_failure_until_it_succeeds(
         nonlocal calls
         calls += 1
         if calls < 3:
-            raise TransientError("database hiccup")
+            raise RuntimeError("a bug that went away")
 
     await bus.subscribe(rig.queue("bus"), [Binding(rig.topology.events, "test.#")], flaky)
     await bus.publish(envelope("test.flaky"))
@@ -758,7 +764,7 @@ async def test_bus_dead_letters_after_exactly_max_attempts(
     async def broken(message: Envelope) -> None:
         nonlocal calls
         calls += 1
-        raise TransientError("still down")
+        raise RuntimeError("a bug that stays")
 
     await bus.subscribe(rig.queue("bus"), [Binding(rig.topology.events, "test.#")], broken)
     await bus.publish(envelope("test.doomed"))
@@ -767,6 +773,132 @@ async def test_bus_dead_letters_after_exactly_max_attempts(
     assert letter.routing_key == "test.doomed"
     assert "failed 3 times" in str(letter.headers[REASON_HEADER])
     assert calls == 3
+
+
+async def test_requeue_puts_a_message_back_in_its_place_unsettled_and_uncounted(
+    rig: Rig,
+) -> None:
+    # Handed back while another waits behind it: it comes again first (its place, not the
+    # tail, unlike RETRY), flagged redelivered, at the same attempt; it is not dead-lettered.
+    dead = await rig.dead_letters()
+    seen: list[Delivery] = []
+    arrived: asyncio.Queue[Delivery] = asyncio.Queue()
+
+    async def hand_back_once(delivery: Delivery) -> Verdict:
+        seen.append(delivery)
+        arrived.put_nowait(delivery)
+        if delivery.body == b"first" and not delivery.redelivered:
+            return Verdict(Outcome.REQUEUE, "database down")
+        return ACK
+
+    queue = rig.queue("requeue")
+    await (await rig.subscribe(queue, ["job.#"], Recorder())).cancel()  # declares the queue
+    await rig.publish("job.cpu", b"first")
+    await rig.publish("job.cpu", b"second")
+    await rig.subscribe(queue, ["job.#"], hand_back_once, prefetch=1)
+    for _ in range(3):
+        await asyncio.wait_for(arrived.get(), WAIT)
+
+    assert [(d.body, d.redelivered, d.attempt) for d in seen] == [
+        (b"first", False, 1),
+        (b"first", True, 1),
+        (b"second", False, 1),
+    ]
+    await rig.publish("job.canary", b"canary")
+    assert dead.deliveries == []
+
+
+def paused_bus(rig: Rig, spans: SpanSink, service: str = "consumer") -> Bus:
+    return Bus(
+        rig.broker,
+        topology=rig.topology,
+        telemetry=Telemetry.create(Settings(), "test", extra_processor=spans),
+        service=service,
+        max_attempts=3,
+        pause_initial_s=0.02,
+        pause_cap_s=0.2,
+    )
+
+
+@pytest.mark.parametrize("error", [StoreUnavailable, BrokerUnavailable, TransientError])
+async def test_bus_pauses_on_an_unavailable_dependency_and_resumes_in_order(
+    rig: Rig, spans: SpanSink, error: type[TransientError]
+) -> None:
+    # The "database" is down for a while: the messages are neither dead-lettered nor counted
+    # as attempts, the subscription shows as paused, and once the database is back every
+    # message is handled once, in publication order, none skipped.
+    bus = paused_bus(rig, spans)
+    await bus.start()
+    dead = await rig.dead_letters()
+    down = True
+    failures = 0
+    stored: list[int] = []
+    attempts: list[int] = []
+    failed = asyncio.Event()
+
+    async def store(message: Envelope) -> None:
+        nonlocal failures
+        attempts.append(current_delivery().attempt)
+        if down:
+            failures += 1
+            if failures >= 8:
+                failed.set()
+            raise error("the database is not answering")
+        stored.append(int(str(message.payload["n"])))
+
+    queue = rig.queue("paused")
+    try:
+        await bus.subscribe(queue, [Binding(rig.topology.events, "test.#")], store, prefetch=4)
+        for n in range(10):
+            await bus.publish(envelope("test.stored", n=n))
+        await asyncio.wait_for(failed.wait(), WAIT)  # several probes failed meanwhile
+        assert queue in bus.paused
+        assert f"consumer:{queue}" in paused_consumers(rig.broker)
+        assert stored == []
+        down = False
+        async with asyncio.timeout(WAIT):
+            while len(stored) < 10:
+                await asyncio.sleep(0.01)
+        assert stored == list(range(10))
+        assert set(attempts) == {1}
+        assert bus.paused == {}
+        await rig.publish("test.canary", b"{}")
+        assert dead.deliveries == []
+    finally:
+        await bus.stop()
+
+
+async def test_bus_hands_held_messages_back_to_the_next_consumer_when_it_stops(
+    rig: Rig, spans: SpanSink
+) -> None:
+    # A service stopped while paused loses nothing: its held messages go back to the queue.
+    first = paused_bus(rig, spans, "first")
+    await first.start()
+    tried = asyncio.Event()
+
+    async def unavailable(message: Envelope) -> None:
+        tried.set()
+        raise StoreUnavailable("down")
+
+    got: asyncio.Queue[int] = asyncio.Queue()
+
+    async def available(message: Envelope) -> None:
+        got.put_nowait(int(str(message.payload["n"])))
+
+    queue = rig.queue("handover")
+    await first.subscribe(queue, [Binding(rig.topology.events, "test.#")], unavailable)
+    for n in range(3):
+        await first.publish(envelope("test.kept", n=n))
+    await asyncio.wait_for(tried.wait(), WAIT)
+    await first.stop()
+
+    second = paused_bus(rig, spans, "second")
+    await second.start()
+    try:
+        await second.subscribe(queue, [Binding(rig.topology.events, "test.#")], available)
+        assert [await asyncio.wait_for(got.get(), WAIT) for _ in range(3)] == [0, 1, 2]
+    finally:
+        await second.stop()
 
 
 async def test_bus_counts_a_job_whose_consumer_died_and_gives_up_after_max_attempts(

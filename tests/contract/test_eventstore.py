@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,7 @@ from shared.eventstore import (
     head_revision,
     upgrade,
 )
+from shared.eventstore.quarantine import find_inadmissible, quarantine_inadmissible
 from shared.measurement import ScenarioResult, SingleStream, TimedPhase
 from shared.measurement.overhead import HarnessOverhead
 from shared.measurement.warmup import WarmupReport
@@ -792,6 +794,68 @@ async def test_each_event_keeps_the_trace_it_belongs_to(store: EventStore) -> No
     assert (await evaluation(store, item)).trace_id == trace_id
 
 
+# --- quarantine: what the wire contracts no longer admit --------------------------------------
+
+
+def legacy(item: Evaluation, type_: str, payload: dict[str, Any], when: datetime) -> Envelope:
+    """An event as a recorder without admission checks stored it: any type, any payload."""
+    return Envelope(
+        type=type_,
+        stream_id=item.stream,
+        correlation_id=item.evaluation_id,
+        occurred_at=when,
+        payload=payload,
+    )
+
+
+async def test_events_the_contracts_refuse_are_found_and_quarantined_out_of_the_projections(
+    store: EventStore,
+) -> None:
+    # Given an evaluation that is running, and two events stored before admission checks:
+    # a completion whose result is garbage (which the lenient projection took as completed)
+    # and an event of a type nobody knows
+    item = Evaluation()
+    running = item.lifecycle(0)[:4]
+    await store.append(running)
+    bogus = legacy(
+        item,
+        "evaluation.completed",
+        {"evaluation_id": str(item.evaluation_id), "result": "garbage"},
+        at(5),
+    )
+    unknown = legacy(item, "totally.unknown.type", {"anything": 1}, at(6))
+    await store.append([bogus, unknown])
+    assert (await evaluation(store, item)).status == "completed"
+
+    # When the log is checked
+    found = await find_inadmissible(store)
+
+    # Then exactly those two are found, each with the reason the recorder would give today
+    assert [(f.event.event_id, f.event.type) for f in found] == [
+        (bogus.event_id, "evaluation.completed"),
+        (unknown.event_id, "totally.unknown.type"),
+    ]
+    assert "result" in found[0].reason
+    assert "unknown message type 'totally.unknown.type'" in found[1].reason
+
+    # When they are quarantined
+    assert await quarantine_inadmissible(store, found) == 2
+
+    # Then the log no longer holds them, the quarantine does, and the projection is rebuilt
+    # without them: the evaluation is running again
+    assert [e.event_id for e in await store.stream_events(item.stream)] == [
+        e.event_id for e in running
+    ]
+    assert await store.count_quarantined() == 2
+    assert (await evaluation(store, item)).status == "running"
+    assert await find_inadmissible(store) == []
+    assert await quarantine_inadmissible(store, []) == 0
+
+    # and the real completion still appends after them
+    assert await store.append([item.completed(at(7))]) == [True]
+    assert (await evaluation(store, item)).status == "completed"
+
+
 # --- the schema and the database ------------------------------------------------------------
 
 
@@ -804,7 +868,7 @@ async def test_upgrade_is_idempotent_and_reports_the_head_revision(database_url:
     await upgrade(database_url)
 
     # Then it is at the newest revision and a store works on it
-    assert await current_revision(database_url) == head_revision() == "0004"
+    assert await current_revision(database_url) == head_revision() == "0005"
     async with EventStore.from_url(database_url) as store:
         await store.ping()
         assert await store.count_events() == 0

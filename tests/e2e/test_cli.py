@@ -102,10 +102,15 @@ def test_run_with_a_batch_the_model_cannot_take_fails_with_the_reason(tmp_path: 
 @pytest.mark.parametrize(
     ("options", "says"),
     [
-        (["--scenario", "server", "--qps", "0"], "target_qps: Input should be greater than 0"),
-        (["--scenario", "server", "--latency-bound", "0"], "latency_bound_ms"),
-        (["--scenario", "sideways"], "--scenario sideways"),
+        (["--scenario", "server", "--qps", "0"], "--scenario server: --qps must be greater than 0"),
+        (["--scenario", "server", "--latency-bound", "0"], "--latency-bound must be greater"),
+        (["--scenario", "sideways"], "--scenario must be one of 'single-stream'"),
         (["--scenario", "batch-sweep", "--batch-sizes", "1,x"], "--batch-sizes takes integers"),
+        (["--scenario", "batch-sweep", "--batch-sizes", "1,0"], "--batch-sizes must be >= 1"),
+        (["-b", "0"], "--batch-size (-b) must be at least 1, got 0"),
+        (["-n", "0"], "--iterations (-n) must be at least 1, got 0"),
+        (["--min-duration", "5", "--max-duration", "1"], "--min-duration (5.0) exceeds"),
+        (["--adaptive", "2"], "--adaptive must be less than 1"),
     ],
 )
 def test_an_impossible_scenario_is_refused_before_anything_starts(

@@ -19,6 +19,7 @@ from shared.manifests import (
     load_manifests,
     parse_manifest,
     plugins,
+    read_yaml,
 )
 
 SHA = "a" * 64
@@ -79,6 +80,25 @@ def test_a_relative_source_is_resolved_next_to_the_manifest(tmp_path: Path) -> N
     assert isinstance(manifest, ModelManifest)
     assert manifest.ref == "tiny@1.2.3"
     assert Path(manifest.source.uri) == (tmp_path / "tiny.onnx").resolve()
+
+
+@pytest.mark.parametrize("digits", ["0" * 63 + "7", "1234567890" * 6 + "1234"])
+def test_a_sha256_of_digits_only_is_read_as_the_text_written(tmp_path: Path, digits: str) -> None:
+    # Unquoted, YAML would read it as a number, and the leading zeros would be lost.
+    manifest = load_manifest(write(tmp_path, VALID.replace(f'"{SHA}"', digits)))
+
+    assert isinstance(manifest, ModelManifest)
+    assert manifest.source.sha256 == digits
+
+
+def test_a_sha256_sent_as_a_number_is_refused_saying_to_quote_it() -> None:
+    data = read_yaml(VALID)
+    data["source"]["sha256"] = int("1234567890" * 6 + "1234")
+
+    with pytest.raises(ManifestError) as raised:
+        parse_manifest(data, origin="submitted manifest")
+
+    assert "source.sha256: Value error, sha256 must be quoted" in str(raised.value)
 
 
 def test_a_classifier_declares_its_steps_files_and_hints(tmp_path: Path) -> None:

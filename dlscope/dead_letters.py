@@ -1,0 +1,284 @@
+"""A deployment's dead letters on RabbitMQ: read them, and replay those whose cause has passed.
+
+Every service dead-letters a message it cannot process to ``<ns>.dlx`` under the message's
+original routing key, with the reason in the ``x-dlscope-reason`` header; the queue
+``<ns>.dead-letters`` keeps them all. One message refused by several services (an invalid
+event reaches every service bound to its key) is there once per service that refused it.
+
+While a ``DeadLetterQueue`` is open it holds every dead letter fetched and unacknowledged;
+only those replayed are acknowledged, and closing it hands the rest back to RabbitMQ in their
+order. Reading the queue therefore never loses a dead letter, even if the command dies.
+
+The embedded broker (``memory://``) keeps its dead letters inside the process that ran it
+(``dlscope run`` / ``dlscope up``): they are gone when it exits, and no other process can
+read them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, HeadersType
+from aio_pika.exceptions import AMQPError, AuthenticationError, ChannelNotFoundEntity
+from yarl import URL
+
+from shared.errors import BrokerUnavailable, ConfigurationError, InvalidMessage
+from shared.messages import Envelope, Topology, decode
+from shared.messaging.broker import (
+    ATTEMPT_HEADER,
+    ORIGIN_EXCHANGE_HEADER,
+    ORIGIN_ROUTING_KEY_HEADER,
+    REASON_HEADER,
+)
+
+__all__ = ["DeadLetter", "DeadLetterQueue", "ReplayReport"]
+
+# Headers of one delivery's fate, which a replayed message must not carry into its next life.
+_SPENT_HEADERS = (REASON_HEADER, ATTEMPT_HEADER, ORIGIN_EXCHANGE_HEADER, ORIGIN_ROUTING_KEY_HEADER)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One dead-lettered message as the dead-letter queue holds it."""
+
+    routing_key: str
+    # Where it was first published, so a replay sends it there again.
+    exchange: str
+    reason: str
+    headers: HeadersType
+    body: bytes
+    message_id: str | None
+    envelope: Envelope | None
+    # Why the body is not an envelope at all (not JSON, fields missing); None if it is one.
+    unreadable: str | None
+
+    @property
+    def event_id(self) -> str | None:
+        return str(self.envelope.event_id) if self.envelope is not None else self.message_id
+
+    @property
+    def type(self) -> str | None:
+        return self.envelope.type if self.envelope is not None else None
+
+    def problem(self) -> str | None:
+        """Why the wire contracts would refuse this message today; None if they admit it."""
+        if self.envelope is None:
+            return self.unreadable
+        try:
+            self.envelope.typed()
+        except InvalidMessage as exc:
+            return str(exc)
+        return None
+
+
+@dataclass
+class ReplayReport:
+    # The event ids published again, once each however many services had refused them.
+    replayed: list[str] = field(default_factory=list)
+    # Dead-letter copies acknowledged (removed from the queue) because they were replayed.
+    acknowledged: int = 0
+    # Left in the queue, with why the contracts still refuse them.
+    still_invalid: list[tuple[DeadLetter, str]] = field(default_factory=list)
+
+
+class DeadLetterQueue:
+    """The dead letters of namespace ``topology`` on the RabbitMQ at ``url``."""
+
+    def __init__(self, url: str, topology: Topology, *, timeout: float = 10.0) -> None:
+        self._url = url
+        self._where = URL(url).with_password(None)  # never shown with its password
+        self._topology = topology
+        self._timeout = timeout
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._held: list[tuple[DeadLetter, AbstractIncomingMessage]] = []
+
+    @property
+    def topology(self) -> Topology:
+        return self._topology
+
+    @property
+    def letters(self) -> list[DeadLetter]:
+        """Every dead letter, oldest first."""
+        return [letter for letter, _ in self._held]
+
+    async def __aenter__(self) -> Self:
+        try:
+            self._connection = await aio_pika.connect(self._url, timeout=self._timeout)
+        except AuthenticationError as exc:
+            raise ConfigurationError(
+                f"RabbitMQ at {self._where} refused the credentials: {exc}"
+            ) from exc
+        except (AMQPError, OSError, TimeoutError, RuntimeError) as exc:
+            raise BrokerUnavailable(
+                f"cannot connect to RabbitMQ at {self._where}: {exc!r}"
+            ) from exc
+        try:
+            await self._fetch_all()
+        except BaseException:
+            await self._close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self._close()
+
+    def select(
+        self, event_ids: Sequence[str] = (), *, message_type: str | None = None
+    ) -> list[DeadLetter]:
+        """The dead letters with one of ``event_ids`` (all when none is named) and of
+        ``message_type`` (its envelope's type or its routing key) when given."""
+        wanted = set(event_ids)
+        return [
+            letter
+            for letter in self.letters
+            if (not wanted or letter.event_id in wanted)
+            and (message_type is None or message_type in (letter.type, letter.routing_key))
+        ]
+
+    async def replay(
+        self, letters: Iterable[DeadLetter], *, queue: str | None = None
+    ) -> ReplayReport:
+        """Publish ``letters`` again where they were first published (or straight to
+        ``queue``), each event once, and acknowledge their dead-letter copies. A letter the
+        contracts still refuse stays in the queue. Storing is idempotent by event id, so an
+        event replayed twice is stored once."""
+        assert self._channel is not None, "used inside its context"
+        if queue is not None:
+            await self._require_queue(queue)
+        chosen = {id(letter) for letter in letters}
+        report = ReplayReport()
+        published: set[tuple[str, str, str]] = set()
+        for letter, message in self._held:
+            if id(letter) not in chosen:
+                continue
+            problem = letter.problem()
+            if problem is not None or letter.event_id is None:
+                report.still_invalid.append((letter, problem or "it has no event id"))
+                continue
+            key = (letter.event_id, letter.exchange, letter.routing_key)
+            if key not in published:
+                try:
+                    await self._publish(letter, queue)
+                except ChannelNotFoundEntity as exc:
+                    raise ConfigurationError(
+                        f"cannot replay {letter.event_id} to exchange {letter.exchange!r}: {exc}"
+                    ) from exc
+                except (AMQPError, OSError, TimeoutError) as exc:
+                    raise BrokerUnavailable(
+                        f"replaying {letter.event_id} failed: {exc!r}; what was not replayed "
+                        "is still in the dead-letter queue"
+                    ) from exc
+                published.add(key)
+                report.replayed.append(letter.event_id)
+            await message.ack()
+            report.acknowledged += 1
+        return report
+
+    # internals
+
+    async def _fetch_all(self) -> None:
+        assert self._connection is not None
+        # Publisher confirms: a replayed message is acknowledged in the dead-letter queue
+        # only once RabbitMQ has taken its new copy.
+        self._channel = await self._connection.channel(publisher_confirms=True)
+        try:
+            queue = await self._channel.declare_queue(self._topology.dead_letters, passive=True)
+        except ChannelNotFoundEntity as exc:
+            raise ConfigurationError(
+                f"RabbitMQ at {self._where} has no dead-letter queue "
+                f"{self._topology.dead_letters!r}: no dlscope service of namespace "
+                f"{self._topology.namespace!r} has run there (DLSCOPE_NAMESPACE?)"
+            ) from exc
+        # basic.get hands out the next message not yet fetched; the fetched ones stay
+        # unacknowledged, so one pass sees every message once.
+        while (message := await queue.get(no_ack=False, fail=False)) is not None:
+            self._held.append((self._letter(message), message))
+
+    async def _require_queue(self, queue: str) -> None:
+        # Checked on a channel of its own: the 404 closes it. A message published to a queue
+        # that does not exist would be dropped, so this must not be left to the publish.
+        assert self._connection is not None
+        channel = await self._connection.channel()
+        try:
+            await channel.declare_queue(queue, passive=True)
+        except ChannelNotFoundEntity as exc:
+            raise ConfigurationError(f"RabbitMQ at {self._where} has no queue {queue!r}") from exc
+        finally:
+            if not channel.is_closed:
+                await channel.close()
+
+    async def _publish(self, letter: DeadLetter, queue: str | None) -> None:
+        assert self._channel is not None
+        headers: HeadersType = {
+            name: value for name, value in letter.headers.items() if name not in _SPENT_HEADERS
+        }
+        if queue is not None:
+            # Straight to one service's queue, through the default exchange; the origin
+            # headers tell its consumer where the message was first published.
+            headers[ORIGIN_EXCHANGE_HEADER] = letter.exchange
+            headers[ORIGIN_ROUTING_KEY_HEADER] = letter.routing_key
+            exchange, routing_key = self._channel.default_exchange, queue
+        else:
+            exchange = await self._channel.get_exchange(letter.exchange, ensure=False)
+            routing_key = letter.routing_key
+        envelope = letter.envelope
+        await exchange.publish(
+            aio_pika.Message(
+                letter.body,
+                headers=headers,
+                content_type="application/json",
+                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                message_id=letter.event_id,
+                correlation_id=None if envelope is None else str(envelope.correlation_id),
+            ),
+            routing_key,
+        )
+
+    def _letter(self, message: AbstractIncomingMessage) -> DeadLetter:
+        headers = dict(message.headers)
+        routing_key = message.routing_key or ""
+        try:
+            envelope, unreadable = decode(message.body), None
+        except InvalidMessage as exc:
+            envelope, unreadable = None, str(exc)
+        return DeadLetter(
+            routing_key=routing_key,
+            exchange=self._origin(headers, routing_key),
+            reason=_text(headers.get(REASON_HEADER, "(no reason recorded)")),
+            headers=headers,
+            body=message.body,
+            message_id=message.message_id,
+            envelope=envelope,
+            unreadable=unreadable,
+        )
+
+    def _origin(self, headers: Mapping[str, object], routing_key: str) -> str:
+        recorded = headers.get(ORIGIN_EXCHANGE_HEADER)
+        if recorded:  # a message retried before it was dead-lettered says where it came from
+            return _text(recorded)
+        # Work and calls travel on the jobs exchange; every other key is an event.
+        jobs = routing_key.startswith(("job.", "rpc."))
+        return self._topology.jobs if jobs else self._topology.events
+
+    async def _close(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        self._held.clear()
+        if connection is not None:
+            # Closing hands back every dead letter not acknowledged, in its place in the queue.
+            with contextlib.suppress(AMQPError, OSError, RuntimeError):
+                await connection.close()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes | bytearray) else str(value)

@@ -1,0 +1,77 @@
+"""One table from dlscope's errors to HTTP statuses, and the handler that answers with it.
+
+A store or broker that is away, or a service that does not answer in time, is 503 with a
+``Retry-After``: the request was sound and may succeed shortly. Anything else that reaches
+here is a fault of this deployment, 500.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import Request, Response, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from shared.errors import BrokerUnavailable, DlscopeError, RequestTimeout, StoreUnavailable
+
+__all__ = ["RETRY_AFTER_S", "UNAVAILABLE", "dlscope_error", "http_error", "status_of"]
+
+# Seconds a client should wait before trying again: about a broker's reconnect interval
+# plus a database's restart, short enough that a retrying client is not kept long.
+RETRY_AFTER_S = 5
+
+# Most specific first: the first class the error is an instance of gives its status.
+_STATUSES: tuple[tuple[type[DlscopeError], int], ...] = (
+    (StoreUnavailable, status.HTTP_503_SERVICE_UNAVAILABLE),
+    (BrokerUnavailable, status.HTTP_503_SERVICE_UNAVAILABLE),
+    (RequestTimeout, status.HTTP_503_SERVICE_UNAVAILABLE),
+)
+
+# Documented on every operation: any of them may meet an outage.
+UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    status.HTTP_503_SERVICE_UNAVAILABLE: {
+        "description": "the event store or the broker is unavailable, or a service did not "
+        "answer in time: try again after Retry-After seconds",
+        "headers": {
+            "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
+        },
+    }
+}
+
+
+def status_of(exc: DlscopeError) -> int:
+    for kind, code in _STATUSES:
+        if isinstance(exc, kind):
+            return code
+    return status.HTTP_500_INTERNAL_SERVER_ERROR
+
+
+async def dlscope_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DlscopeError), "registered for DlscopeError only"
+    code = status_of(exc)
+    headers = (
+        {"Retry-After": str(RETRY_AFTER_S)} if code == status.HTTP_503_SERVICE_UNAVAILABLE else None
+    )
+    return JSONResponse({"detail": str(exc)}, status_code=code, headers=headers)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """FastAPI's answer, except that a 405's ``Allow`` lists the methods the OpenAPI document
+    gives the path: Starlette names only those of the first route that matched it (GET and
+    POST on /v1/evaluations are two routes)."""
+    assert isinstance(exc, StarletteHTTPException), "registered for HTTPException only"
+    if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+        allowed = _documented_methods(request.app.openapi(), request.url.path)
+        if allowed:
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed)}
+    return await http_exception_handler(request, exc)
+
+
+def _documented_methods(document: dict[str, Any], path: str) -> list[str]:
+    for template, operations in document.get("paths", {}).items():
+        if re.fullmatch(re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)), path):
+            return sorted(method.upper() for method in operations)
+    return []
