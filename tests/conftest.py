@@ -17,6 +17,14 @@ import asyncpg
 import pytest
 
 RABBITMQ_URL = os.environ.get("DLSCOPE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+# The events of one evaluation that completes, in the order they are stored.
+LIFECYCLE = [
+    "evaluation.requested",
+    "evaluation.scheduled",
+    "evaluation.started",
+    "evaluation.measured",
+    "evaluation.completed",
+]
 POSTGRES_ADMIN_DSN = os.environ.get(
     "DLSCOPE_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )

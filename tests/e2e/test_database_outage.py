@@ -25,6 +25,7 @@ from dlscope.local import (
 )
 from shared.messages import Topology
 from shared.messaging import create_broker
+from tests.conftest import LIFECYCLE
 
 pytestmark = [
     pytest.mark.e2e,
@@ -40,13 +41,6 @@ DURING_OUTAGE = 3
 # The outage the issue describes; what the test waits for is the database being away, so
 # this is a duration to hold, not a guess at how long something takes.
 OUTAGE_S = 45.0
-LIFECYCLE = [
-    "evaluation.requested",
-    "evaluation.scheduled",
-    "evaluation.started",
-    "evaluation.measured",
-    "evaluation.completed",
-]
 
 
 @pytest.fixture

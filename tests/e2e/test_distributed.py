@@ -16,17 +16,9 @@ import orjson
 import pytest
 
 from dlscope.local import SERVICES, Deployment, eventually, fresh_database, purge_namespace
-from tests.conftest import POSTGRES_ADMIN_DSN
+from tests.conftest import LIFECYCLE, POSTGRES_ADMIN_DSN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.postgres]
-
-LIFECYCLE = [
-    "evaluation.requested",
-    "evaluation.scheduled",
-    "evaluation.started",
-    "evaluation.measured",
-    "evaluation.completed",
-]
 
 
 async def _ready(deployment: Deployment) -> None:

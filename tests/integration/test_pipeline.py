@@ -26,17 +26,11 @@ from shared.eventstore import EventStore
 from shared.messaging import create_broker
 from shared.runtime import Runtime, running
 from shared.telemetry import Telemetry
+from tests.conftest import LIFECYCLE
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.postgres]
 
 TERMINAL = {"completed", "failed"}
-LIFECYCLE = [
-    "evaluation.requested",
-    "evaluation.scheduled",
-    "evaluation.started",
-    "evaluation.measured",
-    "evaluation.completed",
-]
 
 
 @dataclass
