@@ -30,6 +30,7 @@ from shared.messages import (
     LayerTiming,
     Payload,
     RunEvaluation,
+    attempt_key,
     failure_caused_by,
 )
 from shared.messaging import Bus, current_delivery
@@ -74,7 +75,7 @@ class JobRunner:
         async with self._one_at_a_time:
             # Each attempt's events are its own (a second attempt's start is not a duplicate
             # of the first's): their ids are derived from the job and the attempt.
-            key = None if attempt == 1 else f"attempt-{attempt}"
+            key = attempt_key(attempt)
 
             async def publish(payload: Payload) -> None:
                 await self._bus.publish(envelope.caused(payload, producer=self.name, key=key))

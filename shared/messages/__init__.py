@@ -25,6 +25,7 @@ from shared.messages.evaluation import (
     LayerTiming,
     RunEvaluation,
     Scenario,
+    attempt_key,
     evaluation_stream,
     failure_caused_by,
 )
@@ -118,6 +119,7 @@ __all__ = [
     "Topology",
     "agent_stream",
     "artifact_stream",
+    "attempt_key",
     "decode",
     "encode",
     "evaluation_stream",

@@ -105,7 +105,7 @@ class Envelope(BaseModel):
         event store keeps one copy. Where one message rightly causes an event of one type
         more than once, ``key`` names which (the id is derived from ``"<type>#<key>"``):
         a job delivered again after its worker died is a second attempt, not a duplicate,
-        so a worker passes ``key=f"attempt-{n}"`` for attempts after the first and the store
+        so a worker passes ``key=attempt_key(n)`` (``attempt-<n>`` after the first) and the store
         keeps every attempt's events, while a redelivery of one attempt's message still
         gives the same ids.
         """

@@ -43,6 +43,7 @@ __all__ = [
     "LayerTiming",
     "RunEvaluation",
     "Scenario",
+    "attempt_key",
     "evaluation_stream",
     "failure_caused_by",
 ]
@@ -113,11 +114,17 @@ class RunEvaluation(Payload):
     experiment_id: uuid.UUID | None = None
 
 
+def attempt_key(attempt: int) -> str | None:
+    """The ``Envelope.caused`` key of an attempt's events: none for the first (the ids
+    messages had before attempts were counted), ``attempt-<n>`` for each one after it."""
+    return None if attempt == 1 else f"attempt-{attempt}"
+
+
 class EvaluationStarted(Payload):
     """A worker took the job. A job whose worker died is delivered again, to another worker
     of its kind: each delivery is an attempt and starts with its own ``evaluation.started``
     (attempts after the first derive their event ids with ``Envelope.caused(...,
-    key=f"attempt-{n}")``, or the store drops them as duplicates), so the log keeps
+    key=attempt_key(n))``, or the store drops them as duplicates), so the log keeps
     where and in which environment every attempt ran; the latest attempt is the evaluation's."""
 
     TYPE = "evaluation.started"

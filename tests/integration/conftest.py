@@ -69,15 +69,19 @@ STACKS = [
 ]
 
 
-def stack_settings(request: pytest.FixtureRequest, tmp_path: Path, namespace: str) -> Settings:
-    """Settings for the stack ``request.param`` names (one of ``STACKS``)."""
+def stack_settings(
+    request: pytest.FixtureRequest, tmp_path: Path, namespace: str, **overrides: Any
+) -> Settings:
+    """Settings for the stack ``request.param`` names (one of ``STACKS``), with
+    ``overrides`` (e.g. a faster heartbeat)."""
     if request.param == "embedded":
-        return Settings(home=tmp_path, namespace=namespace)
+        return Settings(home=tmp_path, namespace=namespace, **overrides)
     return Settings(
         home=tmp_path,
         namespace=namespace,
         broker_url=request.getfixturevalue("rabbitmq_url"),
         database_url=request.getfixturevalue("postgres_url"),
+        **overrides,
     )
 
 

@@ -33,11 +33,13 @@ from shared.messages import (
     EvaluationStarted,
     Payload,
     agent_stream,
+    attempt_key,
     evaluation_stream,
 )
 from shared.messaging import Bus, create_broker
 from shared.runtime import Runtime, running
 from shared.telemetry import Telemetry
+from tests.integration.conftest import STACKS, stack_settings
 
 HEARTBEAT_S = 0.2
 
@@ -70,24 +72,12 @@ class Stack:
         return [(e.type, e.payload) for e in events]
 
 
-@pytest.fixture(
-    params=[
-        "embedded",
-        pytest.param("rabbitmq+postgres", marks=[pytest.mark.rabbitmq, pytest.mark.postgres]),
-    ]
-)
+@pytest.fixture(params=STACKS)
 async def stack(
     request: pytest.FixtureRequest, tmp_path: Path, namespace: str
 ) -> AsyncIterator[Stack]:
     """The services without workers, heartbeats every 0.2 s: 3 missed is 0.6 s of silence."""
-    settings = Settings(home=tmp_path, namespace=namespace, heartbeat_interval_s=HEARTBEAT_S)
-    if request.param != "embedded":
-        settings = settings.model_copy(
-            update={
-                "broker_url": request.getfixturevalue("rabbitmq_url"),
-                "database_url": request.getfixturevalue("postgres_url"),
-            }
-        )
+    settings = stack_settings(request, tmp_path, namespace, heartbeat_interval_s=HEARTBEAT_S)
     runtime = Runtime(
         settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
     )
@@ -213,7 +203,7 @@ class Worker:
             environment={"host": self.host, "cpu": f"the CPU of {self.host}"},
             attempt=attempt,
         )
-        key = None if attempt == 1 else f"attempt-{attempt}"
+        key = attempt_key(attempt)
         await self.stack.bus.publish(job.caused(started, producer="worker", key=key))
 
     async def measure(self, job: Envelope, evaluation_id: uuid.UUID, attempt: int) -> None:
@@ -248,7 +238,7 @@ class Worker:
                 ),
             ),
         )
-        key = None if attempt == 1 else f"attempt-{attempt}"
+        key = attempt_key(attempt)
         await self.stack.bus.publish(job.caused(measured, producer="worker", key=key))
 
 

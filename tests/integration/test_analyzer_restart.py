@@ -6,7 +6,6 @@ The scheduler and the workers are played by this test, which publishes their eve
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -15,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from dlscope.local import purge_namespace
+from dlscope.local import eventually, purge_namespace
 from services.analyzer import AnalyzerService
 from services.recorder import RecorderService
-from shared.config import Settings
 from shared.eventstore import EventStore, ExperimentView
 from shared.messages import (
     Envelope,
@@ -35,6 +33,7 @@ from shared.messages import (
 from shared.messaging import Bus, create_broker
 from shared.runtime import Runtime, running
 from shared.telemetry import Telemetry
+from tests.integration.conftest import STACKS, stack_settings
 
 
 @dataclass
@@ -45,10 +44,7 @@ class Stack:
     analyzer: AnalyzerService
 
     async def eventually(self, probe: Any) -> Any:
-        async with asyncio.timeout(30):
-            while not (value := await probe()):
-                await asyncio.sleep(0.05)
-            return value
+        return await eventually(probe, timeout=30)
 
     async def restart_analyzer(self) -> None:
         await self.analyzer.stop()
@@ -61,24 +57,12 @@ class Stack:
         )
 
 
-@pytest.fixture(
-    params=[
-        "embedded",
-        pytest.param("rabbitmq+postgres", marks=[pytest.mark.rabbitmq, pytest.mark.postgres]),
-    ]
-)
+@pytest.fixture(params=STACKS)
 async def stack(
     request: pytest.FixtureRequest, tmp_path: Path, namespace: str
 ) -> AsyncIterator[Stack]:
     """The recorder and the analyzer; the analyzer is restarted by the tests."""
-    settings = Settings(home=tmp_path, namespace=namespace)
-    if request.param != "embedded":
-        settings = settings.model_copy(
-            update={
-                "broker_url": request.getfixturevalue("rabbitmq_url"),
-                "database_url": request.getfixturevalue("postgres_url"),
-            }
-        )
+    settings = stack_settings(request, tmp_path, namespace)
     runtime = Runtime(
         settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
     )

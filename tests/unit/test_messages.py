@@ -16,6 +16,7 @@ from shared.messages import (
     EvaluationRequested,
     EvaluationStarted,
     Scenario,
+    attempt_key,
     decode,
     encode,
     evaluation_stream,
@@ -73,7 +74,7 @@ def test_each_attempt_at_a_job_emits_events_of_its_own_and_a_redelivery_the_same
             environment={},
             attempt=attempt,
         )
-        key = None if attempt == 1 else f"attempt-{attempt}"
+        key = attempt_key(attempt)
         return job.caused(started, producer="worker", key=key)
 
     # The first attempt keeps the ids messages had before attempts were counted
