@@ -11,7 +11,7 @@ MODEL ?= squeezenet
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[all,dev]'
 	touch $@
 
 run: $(VENV)/.installed
@@ -25,6 +25,7 @@ lint: $(VENV)/.installed
 
 services:
 	bash scripts/ensure-services.sh
+	bash scripts/ensure-browser.sh
 
 test: $(VENV)/.installed services lint
 	$(BIN)/pytest

@@ -17,6 +17,10 @@ BENCHMARKS = (
     "opencl",
     "loadgen_parity",
     "server_capacity",
+    "fanout",
+    "install_size",
+    "trace_overhead",
+    "ui_pages",
 )
 
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
+from dlscope.agents_cli import agents_command
 from dlscope.dlq_cli import dlq
 from dlscope.experiments_cli import (
     experiment_request,
@@ -25,9 +26,20 @@ from dlscope.experiments_cli import (
     submit_experiment,
 )
 from dlscope.gateway_client import gateway_client, submitted, until_settled
+from dlscope.layers_cli import layers_command, tracing_table
 from dlscope.models_cli import models
 from dlscope.repeats_cli import compare_command, run_arguments, run_repeated
-from dlscope.terminal import console, fail
+from dlscope.report_cli import report_command
+from dlscope.terminal import EvaluationProgress, console, fail
+from dlscope.trace_cli import (
+    DEFAULT_TRACE_LEVEL,
+    DEFAULT_TRACE_QUERIES,
+    TraceLevelOpt,
+    TraceQueriesOpt,
+    checked_trace_level,
+    trace_command,
+    trace_fields,
+)
 from dlscope.zoo_cli import build_on_first_use, zoo
 from shared.config import Settings
 from shared.errors import DlscopeError
@@ -56,6 +68,10 @@ app.add_typer(dlq, name="dlq")
 app.add_typer(models, name="models")
 app.add_typer(zoo, name="zoo")
 app.command("compare")(compare_command)
+app.command("layers")(layers_command)
+app.command("trace")(trace_command)
+app.command("agents")(agents_command)
+app.command("report")(report_command)
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 SERVICES = ("gateway", "scheduler", "registry", "worker", "analyzer", "recorder")
@@ -73,6 +89,8 @@ def _request(
     requested_by: str,
     dataset: str | None = None,
     split: str | None = None,
+    trace_level: str = DEFAULT_TRACE_LEVEL,
+    trace_queries: int = DEFAULT_TRACE_QUERIES,
 ) -> EvaluationRequested:
     if framework not in FRAMEWORKS:
         raise fail(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}", 2)
@@ -90,6 +108,8 @@ def _request(
             dataset=dataset,
             split=split,
             requested_by=requested_by,
+            trace_level=checked_trace_level(trace_level),
+            trace_queries=trace_queries,
         )
     except ValidationError as exc:
         raise fail(_problems(exc, {**_REQUEST_OPTIONS, **_SCENARIO_OPTIONS}), 2) from exc
@@ -146,9 +166,9 @@ def _summary_table(evaluation: dict[str, Any]) -> Table:
 
 
 def _layers_table(layers: list[dict[str, Any]], *, shown: int = 25) -> Table:
-    """One query's layers as the device timed them, slowest first."""
+    """One query's layers as the first profiled pass timed them, slowest first."""
     total = sum(layer["end_ns"] - layer["start_ns"] for layer in layers)
-    table = Table(title=f"per-layer device time, one query ({len(layers)} layers)")
+    table = Table(title=f"per-layer time, one profiled query ({len(layers)} layers)")
     for column in ("layer", "op", "output shape", "µs", "share"):
         table.add_column(column, justify="right" if column in ("µs", "share") else "left")
     slowest = sorted(layers, key=lambda layer: layer["start_ns"] - layer["end_ns"])
@@ -286,6 +306,8 @@ def run(
     seed: Seed = 0,
     dataset: DatasetOpt = None,
     split: SplitOpt = None,
+    trace_level: TraceLevelOpt = DEFAULT_TRACE_LEVEL,
+    trace_queries: TraceQueriesOpt = DEFAULT_TRACE_QUERIES,
     atol: Atol = 1e-4,
     top1_agreement: Top1Agreement = 1.0,
     json_path: Annotated[
@@ -336,6 +358,8 @@ def run(
         run_repeated(run_arguments(sys.argv), repeat)
         return
     selection = framework_selection(framework)
+    if selection is not None and trace_fields(trace_level, trace_queries):
+        raise fail("--trace-level and --trace-queries trace one evaluation, not an experiment", 2)
     if selection is not None:
         experiment_request_ = experiment_request(
             model,
@@ -363,12 +387,14 @@ def run(
         requested_by="dlscope run",
         dataset=dataset,
         split=split,
+        trace_level=trace_level,
+        trace_queries=trace_queries,
     )
     settings = embedded_settings(Settings())
     build_on_first_use(model, settings.home)
-    with console.status(f"evaluating {model} on {framework} ({hardware})…"):
+    with EvaluationProgress() as progress:
         try:
-            outcome = uvloop.run(evaluate(settings, request))
+            outcome = uvloop.run(evaluate(settings, request, watch=progress.observe))
         except DlscopeError as exc:
             raise fail(str(exc), 1) from exc
     document = outcome.to_json()
@@ -381,6 +407,8 @@ def run(
     console.print(_summary_table(evaluation))
     if evaluation["result"].get("layers"):
         console.print(_layers_table(evaluation["result"]["layers"]))
+    if evaluation["result"].get("tracing"):
+        console.print(tracing_table(evaluation["result"]["tracing"]))
     console.print(
         f"evaluation {evaluation['evaluation_id']}, trace {outcome.trace_id}; "
         f"events stored in {settings.resolved_database_url}"
@@ -602,6 +630,8 @@ def submit(
     seed: Seed = 0,
     dataset: DatasetOpt = None,
     split: SplitOpt = None,
+    trace_level: TraceLevelOpt = DEFAULT_TRACE_LEVEL,
+    trace_queries: TraceQueriesOpt = DEFAULT_TRACE_QUERIES,
     atol: Atol = 1e-4,
     top1_agreement: Top1Agreement = 1.0,
     wait: Annotated[bool, typer.Option(help="wait for the outcome and print it")] = True,
@@ -625,6 +655,9 @@ def submit(
         seed=seed,
     )
     selection = framework_selection(framework)
+    tracing = trace_fields(trace_level, trace_queries)
+    if selection is not None and tracing:
+        raise fail("--trace-level and --trace-queries trace one evaluation, not an experiment", 2)
     if selection is not None:
         experiment_body = {
             "model": model,
@@ -648,6 +681,7 @@ def submit(
         "scenario": wire_scenario,
         "dataset": dataset,
         "split": split,
+        **tracing,
     }
     with gateway_client(gateway, token) as client:
         accepted = submitted(client, gateway, "/v1/evaluations", body, "evaluation")
@@ -683,6 +717,8 @@ def publish(
     seed: Seed = 0,
     dataset: DatasetOpt = None,
     split: SplitOpt = None,
+    trace_level: TraceLevelOpt = DEFAULT_TRACE_LEVEL,
+    trace_queries: TraceQueriesOpt = DEFAULT_TRACE_QUERIES,
 ) -> None:
     """Publish an evaluation.requested message straight to the broker (DLSCOPE_BROKER_URL)."""
     import uvloop
@@ -721,6 +757,8 @@ def publish(
         requested_by="dlscope publish",
         dataset=dataset,
         split=split,
+        trace_level=trace_level,
+        trace_queries=trace_queries,
     )
     settings = Settings()
     if settings.broker_url.startswith("memory://"):

@@ -31,6 +31,7 @@ from shared.errors import BrokerUnavailable, ConfigurationError, InvalidMessage
 from shared.messages import Envelope, Topology, decode
 from shared.messaging.broker import (
     ATTEMPT_HEADER,
+    DEAD_LETTERED_FROM_HEADER,
     ORIGIN_EXCHANGE_HEADER,
     ORIGIN_ROUTING_KEY_HEADER,
     REASON_HEADER,
@@ -39,7 +40,13 @@ from shared.messaging.broker import (
 __all__ = ["DeadLetter", "DeadLetterQueue", "ReplayReport"]
 
 # Headers of one delivery's fate, which a replayed message must not carry into its next life.
-_SPENT_HEADERS = (REASON_HEADER, ATTEMPT_HEADER, ORIGIN_EXCHANGE_HEADER, ORIGIN_ROUTING_KEY_HEADER)
+_SPENT_HEADERS = (
+    REASON_HEADER,
+    ATTEMPT_HEADER,
+    ORIGIN_EXCHANGE_HEADER,
+    ORIGIN_ROUTING_KEY_HEADER,
+    DEAD_LETTERED_FROM_HEADER,
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,9 @@ class DeadLetter:
     # Where it was first published, so a replay sends it there again.
     exchange: str
     reason: str
+    # The queue whose consumer refused it (None for letters older than that header): a
+    # replay goes back to that queue alone.
+    queue: str | None
     headers: HeadersType
     body: bytes
     message_id: str | None
@@ -149,13 +159,16 @@ class DeadLetterQueue:
     async def replay(
         self, letters: Iterable[DeadLetter], *, queue: str | None = None
     ) -> ReplayReport:
-        """Publish ``letters`` again where they were first published (or straight to
-        ``queue``), each event once, and acknowledge their dead-letter copies. A letter the
-        contracts still refuse stays in the queue. Storing is idempotent by event id, so an
-        event replayed twice is stored once."""
+        """Publish ``letters`` again: each straight back to the queue whose consumer refused
+        it (or to ``queue``; or, for a letter that does not say, to the exchange it was
+        first published to), each event once per target, and acknowledge their dead-letter
+        copies. A letter the contracts still refuse stays in the queue. Storing is
+        idempotent by event id, so an event replayed twice is stored once."""
         assert self._channel is not None, "used inside its context"
-        if queue is not None:
-            await self._require_queue(queue)
+        letters = list(letters)
+        targets = {queue} if queue is not None else {letter.queue for letter in letters}
+        for name in sorted(t for t in targets if t is not None):
+            await self._require_queue(name)
         chosen = {id(letter) for letter in letters}
         report = ReplayReport()
         published: set[tuple[str, str, str]] = set()
@@ -166,10 +179,11 @@ class DeadLetterQueue:
             if problem is not None or letter.event_id is None:
                 report.still_invalid.append((letter, problem or "it has no event id"))
                 continue
-            key = (letter.event_id, letter.exchange, letter.routing_key)
+            target = queue if queue is not None else letter.queue
+            key = (letter.event_id, target or letter.exchange, letter.routing_key)
             if key not in published:
                 try:
-                    await self._publish(letter, queue)
+                    await self._publish(letter, target)
                 except ChannelNotFoundEntity as exc:
                     raise ConfigurationError(
                         f"cannot replay {letter.event_id} to exchange {letter.exchange!r}: {exc}"
@@ -256,6 +270,9 @@ class DeadLetterQueue:
             routing_key=routing_key,
             exchange=self._origin(headers, routing_key),
             reason=_text(headers.get(REASON_HEADER, "(no reason recorded)")),
+            queue=_text(headers[DEAD_LETTERED_FROM_HEADER])
+            if headers.get(DEAD_LETTERED_FROM_HEADER)
+            else None,
             headers=headers,
             body=message.body,
             message_id=message.message_id,

@@ -115,9 +115,12 @@ def show(
     for number, letter in enumerate(copies, start=1):
         console.rule(f"copy {number} of {len(copies)}: {letter.routing_key}")
         console.print(f"reason: {escape(letter.reason)}", highlight=False)
-        console.print(
-            f"replays to: exchange {letter.exchange!r}, routing key {letter.routing_key!r}"
+        where = (
+            f"queue {letter.queue!r}, which refused it"
+            if letter.queue is not None
+            else f"exchange {letter.exchange!r}"
         )
+        console.print(f"replays to: {where}, routing key {letter.routing_key!r}")
         headers = {name: _plain(value) for name, value in letter.headers.items()}
         console.print("headers:")
         console.print_json(json.dumps(headers, default=str))
@@ -144,15 +147,16 @@ def replay(
         typer.Option(
             "--queue",
             help=(
-                "Send them to this queue only (e.g. `recorder`, or a full queue name) instead "
-                "of where they were first published, which reaches every service bound to it."
+                "Send them all to this queue (e.g. `recorder`, or a full queue name) instead "
+                "of each back to the queue whose service refused it."
             ),
         ),
     ] = None,
 ) -> None:
-    """Publish dead letters again where they were first published, and remove them from the
-    dead-letter queue. Those the wire contracts still refuse stay there. Idempotent: the
-    event store keeps one copy of an event id, however often it is replayed."""
+    """Publish dead letters again, each to the queue whose service refused it (a letter from
+    before dlscope recorded that: to the exchange it was first published to), and remove
+    them from the dead-letter queue. Those the wire contracts still refuse stay there.
+    Idempotent: the event store keeps one copy of an event id, however often it is replayed."""
     ids = event_ids or []
     if ids and all_:
         raise fail("name event ids or --all, not both", 2)

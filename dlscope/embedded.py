@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ from services.recorder import RecorderService
 from services.registry import RegistryService
 from services.scheduler import SchedulerService
 from services.workers import WorkerService
-from services.workers.predictors import framework_module
+from services.workers.predictors import not_installed
 from shared.config import Settings
 from shared.errors import ConfigurationError, DlscopeError, ModelNotFound
 from shared.eventstore import EventStore
@@ -62,6 +61,10 @@ __all__ = [
     "list_models",
     "serve_all",
 ]
+
+
+# Told each event of the evaluations run (type, payload): progress for the command line.
+Watch = Callable[[str, Mapping[str, Any]], None]
 
 
 def embedded_settings(settings: Settings) -> Settings:
@@ -103,8 +106,11 @@ class EmbeddedResult:
         }
 
 
-async def evaluate(settings: Settings, request: EvaluationRequested) -> EmbeddedResult:
-    """Run one evaluation through every service in this process; return what was recorded."""
+async def evaluate(
+    settings: Settings, request: EvaluationRequested, *, watch: Watch | None = None
+) -> EmbeddedResult:
+    """Run one evaluation through every service in this process; return what was recorded.
+    ``watch`` is told each event of the evaluation (its type and payload) as it happens."""
     runtime = Runtime.create(settings, "dlscope")
     broker = runtime.broker
     assert isinstance(broker, MemoryBroker), "the embedded mode runs on memory://"
@@ -120,6 +126,7 @@ async def evaluate(settings: Settings, request: EvaluationRequested) -> Embedded
                 stream_id=evaluation_stream(request.evaluation_id),
                 correlation_id=request.evaluation_id,
                 outcomes=(EvaluationCompleted.TYPE, EvaluationFailed.TYPE),
+                watch=watch,
             )
             await broker.drained()  # the recorder has stored every event
             await client.stop()
@@ -155,17 +162,17 @@ def installed(framework: str) -> str | None:
     """None when ``framework``'s module is installed here, else why. Looked up, not imported:
     the frameworks run in their workers' own processes, never in this one."""
     try:
-        module = framework_module(framework)
+        return not_installed(framework)
     except DlscopeError as exc:
         return str(exc)
-    if importlib.util.find_spec(module) is None:
-        return f"framework {framework!r} is not installed here (no module {module!r})"
-    return None
 
 
-async def experiment(settings: Settings, request: ExperimentRequested) -> EmbeddedExperiment:
+async def experiment(
+    settings: Settings, request: ExperimentRequested, *, watch: Watch | None = None
+) -> EmbeddedExperiment:
     """Run an experiment of ``request``'s first model, with its exports for the other
-    frameworks, on every one of them installed here (a worker each), in this process."""
+    frameworks, on every one of them installed here (a worker each), in this process;
+    ``watch`` is told each event of its member evaluations as it happens."""
     runtime = Runtime.create(settings, "dlscope")
     broker = runtime.broker
     assert isinstance(broker, MemoryBroker), "the embedded mode runs on memory://"
@@ -204,6 +211,7 @@ async def experiment(settings: Settings, request: ExperimentRequested) -> Embedd
                     stream_id=experiment_stream(request.experiment_id),
                     correlation_id=request.experiment_id,
                     outcomes=(ExperimentCompared.TYPE, ExperimentFailed.TYPE),
+                    watch=watch,
                 )
             await broker.drained()  # the recorder has stored every event
             await client.stop()
@@ -275,6 +283,7 @@ async def _publish_and_wait(
     stream_id: str,
     correlation_id: uuid.UUID,
     outcomes: tuple[str, ...],
+    watch: Watch | None = None,
 ) -> str:
     """Publish ``request`` once every service and worker has started (and announced itself),
     as one trace; return its trace id when one of the ``outcomes`` event types for it came."""
@@ -290,6 +299,18 @@ async def _publish_and_wait(
         on_outcome,
         durable=False,
     )
+    if watch is not None:
+
+        async def on_event(envelope: Envelope) -> None:
+            watch(envelope.type, envelope.payload)
+
+        # Every evaluation's events (the experiment's members carry its id, not its stream).
+        await client.subscribe(
+            runtime.topology.queue("cli", uuid.uuid4().hex),
+            [Binding(runtime.topology.events, "evaluation.*")],
+            on_event,
+            durable=False,
+        )
     # Let the workers' announcements reach the scheduler before the request does.
     await broker.drained()
     with runtime.telemetry.tracer.start_as_current_span("dlscope run") as span:

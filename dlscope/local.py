@@ -8,7 +8,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ import aio_pika
 import asyncpg
 import httpx
 
+from dlscope.relay import free_port
 from shared.config import REPOSITORY_ROOT
 from shared.messages import FRAMEWORKS, HARDWARE, Topology
 
@@ -65,12 +65,6 @@ async def fresh_database(admin_dsn: str) -> tuple[str, Callable[[], Awaitable[No
 
     base = admin_dsn.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
     return f"{base}/{name}", drop
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

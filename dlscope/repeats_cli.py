@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from dlscope.terminal import console, fail
+from dlscope.terminal import console, fail, progress
 from shared.measurement import compare, summarize_repetitions
 from shared.measurement.validity import ValidityThresholds
 
@@ -65,16 +65,22 @@ def run_repeated(arguments: list[str], repeats: int) -> None:
     """Run ``dlscope run <arguments>`` ``repeats`` times, each in its own process."""
     runs: list[list[int]] = []
     percentile = 0.9
-    with tempfile.TemporaryDirectory(prefix="dlscope-repeat-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="dlscope-repeat-") as scratch,
+        progress() as bar,
+    ):
+        # Runs take alike: the time left is the mean of those done times those to come.
+        task = bar.add_task(f"{repeats} runs, each in a fresh process", total=repeats)
         for number in range(1, repeats + 1):
             result = Path(scratch) / f"{number}.json"
-            with console.status(f"run {number} of {repeats}, in a fresh process…"):
-                child = subprocess.run(
-                    [sys.executable, "-m", "dlscope", "run", *arguments, "--json", str(result)],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
+            bar.update(task, description=f"run {number} of {repeats}, in a fresh process")
+            child = subprocess.run(
+                [sys.executable, "-m", "dlscope", "run", *arguments, "--json", str(result)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            bar.advance(task)
             if child.returncode != 0:
                 raise fail(f"run {number} of {repeats} failed: {child.stderr.strip()}", 1)
             latencies, percentile = _latencies(json.loads(result.read_text()), f"run {number}")

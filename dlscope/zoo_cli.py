@@ -50,7 +50,14 @@ ZOO_MODELS = ("digits-cnn", "digits-cnn-torch", "digits-cnn-tf")
 def build_zoo(out_dir: Path, gateway: str | None = None, token: str | None = None) -> None:
     """Train digits-cnn (ONNX, TorchScript and SavedModel) into ``out_dir`` and register it."""
     # torch takes seconds to import: only building pays for it.
-    from dlscope.zoo import build_digits
+    try:
+        from dlscope.zoo import build_digits
+    except ImportError as exc:
+        raise fail(
+            f"building the zoo trains with PyTorch and exports to ONNX Runtime and TensorFlow, "
+            f"and {exc.name or exc} is not installed here: pip install 'dlscope[zoo]'",
+            1,
+        ) from exc
 
     with console.status("training digits-cnn on the digits train split…"):
         try:

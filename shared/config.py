@@ -11,7 +11,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.artifacts import ArtifactLimits
+from shared.artifacts import ArtifactLimits, check_artifact_url
+from shared.errors import ConfigurationError
 
 __all__ = ["REPOSITORY_ROOT", "Settings"]
 
@@ -58,12 +59,41 @@ class Settings(BaseSettings):
     artifact_download_timeout_s: float = Field(default=30.0, gt=0)
     artifact_max_extracted_bytes: int = Field(default=4 * 1024**3, gt=0)
     artifact_max_archive_members: int = Field(default=10_000, gt=0)
+    # The base URL workers on other hosts fetch artifacts from: the registry's artifact server
+    # as they reach it (e.g. http://10.0.0.5:8081). Set, the registry serves the files its
+    # manifests pin and jobs name every local source by URL under it (shared.artifacts.served).
+    artifact_url: str | None = None
+    # Where the registry's artifact server listens, "host:port"; by default every interface,
+    # at the port of artifact_url.
+    artifact_listen: str | None = None
 
     @field_validator("namespace")
     @classmethod
     def _namespace_is_one_word(cls, value: str) -> str:
         if not value or "." in value or "#" in value or "*" in value:
             raise ValueError("namespace must be a non-empty word without '.', '*' or '#'")
+        return value
+
+    @field_validator("artifact_url")
+    @classmethod
+    def _artifact_url_is_http(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        try:
+            return check_artifact_url(value)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("artifact_listen")
+    @classmethod
+    def _listen_is_host_port(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(
+                f"DLSCOPE_ARTIFACT_LISTEN must be host:port (e.g. 0.0.0.0:8081), not {value!r}"
+            )
         return value
 
     @property

@@ -13,18 +13,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from shared.config import Settings
+from shared.trace_files import OtlpJsonFileExporter
 
 __all__ = ["Telemetry", "inject", "parent_context", "trace_id_hex", "trace_id_of"]
 
@@ -56,19 +58,27 @@ class Telemetry:
             sampler=ALWAYS_ON if exporting else ALWAYS_OFF,
         )
         if settings.otlp_endpoint:
-            # Imported here: the exporter pulls in protobuf, which only tracing users pay for.
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            endpoint = settings.otlp_endpoint.rstrip("/")
-            if not endpoint.endswith("/v1/traces"):
-                endpoint += "/v1/traces"
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+            provider.add_span_processor(BatchSpanProcessor(_exporter(settings.otlp_endpoint)))
         if extra_processor is not None:
             provider.add_span_processor(extra_processor)
         return cls(provider=provider, tracer=provider.get_tracer("dlscope"))
 
     def shutdown(self) -> None:
         self.provider.shutdown()
+
+
+def _exporter(endpoint: str) -> SpanExporter:
+    """OTLP/HTTP to a collector (Jaeger), or, for ``file://<path>``, OTLP JSON lines appended
+    to that file (``shared.trace_files``): a trace for those without a collector."""
+    if endpoint.startswith("file://"):
+        return OtlpJsonFileExporter(Path(endpoint.removeprefix("file://")))
+    # Imported here: the exporter pulls in protobuf, which only tracing users pay for.
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    endpoint = endpoint.rstrip("/")
+    if not endpoint.endswith("/v1/traces"):
+        endpoint += "/v1/traces"
+    return OTLPSpanExporter(endpoint=endpoint)
 
 
 def trace_id_hex(span_context: SpanContext) -> str:

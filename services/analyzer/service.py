@@ -21,6 +21,7 @@ import logging
 import uuid
 from datetime import UTC, datetime
 
+from services.analyzer.calls import CALLS, AnalyzerCalls
 from services.analyzer.experiments import Experiment, compare, evolve
 from services.analyzer.summary import summarize
 from shared.eventstore import EventStore, ExperimentView
@@ -33,6 +34,7 @@ from shared.messages import (
     ExperimentScheduled,
     evaluation_stream,
     experiment_stream,
+    rpc_key,
 )
 from shared.messaging import Binding
 from shared.runtime import Runtime
@@ -70,6 +72,12 @@ class AnalyzerService:
                 Binding(events, EvaluationFailed.TYPE),
             ],
             self._follow_experiment,
+        )
+        # Figures and histories for the gateway's pages and reports, read from the store.
+        await self._bus.subscribe(
+            self._bus.topology.queue(self.name, "calls"),
+            [Binding(self._bus.topology.jobs, rpc_key(self.name, call)) for call in CALLS],
+            AnalyzerCalls(self._store, self.name).answer,
         )
 
     async def stop(self) -> None:

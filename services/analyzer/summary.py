@@ -50,6 +50,8 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
             "threshold": phase.warmup.threshold,
         },
         layers=measured.layers,
+        trace_level=measured.trace_level,
+        tracing=measured.tracing,
     )
 
 
@@ -112,4 +114,6 @@ def _loadgen_summary(
             for p in result.phases
         ],
         layers=measured.layers,
+        trace_level=measured.trace_level,
+        tracing=measured.tracing,
     )

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from opentelemetry.trace import Tracer
 from starlette.requests import Request
@@ -15,12 +18,27 @@ from shared.eventstore import EventStore
 from shared.messages import Envelope, Payload, rpc_key
 from shared.messaging import Bus
 
-__all__ = ["PUBLISH_BOUND_S", "GatewayContext", "ask_registry", "context_of", "publish"]
+__all__ = [
+    "PUBLISH_BOUND_S",
+    "GatewayContext",
+    "ask_analyzer",
+    "ask_registry",
+    "context_of",
+    "publish",
+]
 
 # The longest an HTTP request waits for the broker to take a message. The broker's own
 # bound (10 s, for services that would rather wait out a reconnect) is too long to keep a
 # client: past this the request is answered 503 and the client retries.
 PUBLISH_BOUND_S = 2.0
+
+
+T = TypeVar("T")
+
+# Ids this gateway accepted, kept a while: a read of one that the recorder has not stored
+# yet waits for it (the client's next request after its POST), instead of a 404.
+ACCEPTED_KEPT = 1000
+READ_YOUR_WRITE_S = 5.0
 
 
 @dataclass
@@ -29,6 +47,25 @@ class GatewayContext:
     bus: Bus
     store: EventStore
     tracer: Tracer
+    accepted: OrderedDict[uuid.UUID, None] = field(default_factory=OrderedDict)
+
+    def remember_accepted(self, key: uuid.UUID) -> None:
+        self.accepted[key] = None
+        while len(self.accepted) > ACCEPTED_KEPT:
+            self.accepted.popitem(last=False)
+
+    async def stored(self, key: uuid.UUID, read: Callable[[], Awaitable[T | None]]) -> T | None:
+        """``read()``; for an id accepted here and not stored yet, read again until it is
+        (within ``READ_YOUR_WRITE_S``), so a client's read after its write finds it."""
+        found = await read()
+        if found is not None or key not in self.accepted:
+            return found
+        # Polled: the recorder, in another process, tells no one when it has stored a thing.
+        for _ in range(int(READ_YOUR_WRITE_S / 0.05)):
+            await asyncio.sleep(0.05)
+            if (found := await read()) is not None:
+                break
+        return found
 
 
 def context_of(request: Request) -> GatewayContext:
@@ -53,20 +90,35 @@ async def ask_registry(
     context: GatewayContext, call: str, payload: Payload, *, correlation_id: uuid.UUID | None = None
 ) -> Envelope:
     """One request/reply call to the registry (``resolve``, ``register``, ``deprecate``)."""
+    return await _ask(context, "registry", call, payload, correlation_id)
+
+
+async def ask_analyzer(context: GatewayContext, call: str, payload: Payload) -> Envelope:
+    """One request/reply call to the analyzer (``figures``, ``history``)."""
+    return await _ask(context, "analyzer", call, payload, None)
+
+
+async def _ask(
+    context: GatewayContext,
+    service: str,
+    call: str,
+    payload: Payload,
+    correlation_id: uuid.UUID | None,
+) -> Envelope:
     _check_connected(context)
     timeout = context.settings.rpc_timeout_s
     try:
         # The reply's own wait is bounded by rpc_timeout_s; this bounds sending the request.
         async with asyncio.timeout(timeout + PUBLISH_BOUND_S):
             return await context.bus.request(
-                rpc_key("registry", call),
+                rpc_key(service, call),
                 Envelope.wrap(
-                    payload, stream_id="registry", correlation_id=correlation_id or uuid.uuid4()
+                    payload, stream_id=service, correlation_id=correlation_id or uuid.uuid4()
                 ),
                 timeout=timeout,
             )
     except TimeoutError as exc:
-        raise BrokerUnavailable(f"the broker did not take the registry's {call!r} call") from exc
+        raise BrokerUnavailable(f"the broker did not take the {service}'s {call!r} call") from exc
 
 
 def _check_connected(context: GatewayContext) -> None:

@@ -82,6 +82,7 @@ class ExperimentCreate(BaseModel):
     split: str | None = None
     tolerance: ParityTolerance = Field(default_factory=ParityTolerance)
     timeout_s: float | None = Field(
+        strict=True,
         default=None,
         gt=0,
         description="compare what has finished by then; default DLSCOPE_EVALUATION_TIMEOUT_S",
@@ -190,6 +191,7 @@ async def create_experiment(
             requested, stream_id=experiment_stream(experiment_id), correlation_id=experiment_id
         ),
     )
+    context.remember_accepted(experiment_id)
     trace_id = trace_id_hex(trace.get_current_span().get_span_context())
     return ExperimentAccepted(
         id=experiment_id,
@@ -206,8 +208,11 @@ async def list_experiments(
     limit: Limit = 50,
     offset: Offset = 0,
     status_filter: Annotated[ExperimentStatus | None, Query(alias="status")] = None,
+    model: Annotated[str | None, Query(min_length=1, description="the reference model")] = None,
 ) -> list[ExperimentOut]:
-    views = await context.store.list_experiments(limit=limit, offset=offset, status=status_filter)
+    views = await context.store.list_experiments(
+        limit=limit, offset=offset, status=status_filter, model=model
+    )
     members = [m["evaluation_id"] for view in views for m in view.members or []]
     evaluations = await _evaluations(context, members)
     return [_out(view, evaluations, context) for view in views]
@@ -215,7 +220,7 @@ async def list_experiments(
 
 @router.get("/{experiment_id}", response_model=ExperimentOut, responses=NotFound)
 async def get_experiment(experiment_id: uuid.UUID, context: Context) -> ExperimentOut:
-    view = await context.store.get_experiment(experiment_id)
+    view = await context.stored(experiment_id, lambda: context.store.get_experiment(experiment_id))
     if view is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no experiment {experiment_id} (yet)")
     evaluations = await _evaluations(context, [m["evaluation_id"] for m in view.members or []])

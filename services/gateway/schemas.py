@@ -9,7 +9,15 @@ from typing import Annotated, Any
 from fastapi import Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.messages import Framework, Hardware, LatencySummary, Scenario
+from shared.messages import (
+    DEFAULT_TRACE_LEVEL,
+    DEFAULT_TRACE_QUERIES,
+    Framework,
+    Hardware,
+    LatencySummary,
+    Scenario,
+    TraceLevel,
+)
 
 __all__ = [
     "AgentOut",
@@ -53,6 +61,18 @@ class EvaluationCreate(BaseModel):
     )
     dataset_version: str = Field(default="*", description="dataset version constraint")
     split: str | None = Field(default=None, description="one split of the dataset, e.g. test")
+    trace_level: TraceLevel = Field(
+        default=DEFAULT_TRACE_LEVEL,
+        description="how deep to trace; framework and deeper profile the layers in passes "
+        "of their own, after the timed one (GET /v1/evaluations/{id}/layers)",
+    )
+    trace_queries: int = Field(
+        strict=True,
+        default=DEFAULT_TRACE_QUERIES,
+        ge=1,
+        le=100,
+        description="queries per traced pass",
+    )
 
 
 class EvaluationAccepted(BaseModel):
@@ -108,3 +128,13 @@ class AgentOut(BaseModel):
     busy: bool
     last_seen: datetime | None
     capabilities: dict[str, Any] | None
+    # The fleet as the scheduler sees it (issue 15): the same facts, read for people.
+    state: str = Field(description="offline, busy (running a job) or online (idle)")
+    device: str | None = Field(
+        description="what it runs on (CPU model, GPU, OpenCL device), or why that is unusable"
+    )
+    current_job: uuid.UUID | None = Field(description="the evaluation it is running now")
+    last_heartbeat: datetime | None = Field(description="when it last spoke (= last_seen)")
+    jobs_done: int = Field(description="evaluations it ran to an outcome, failed ones included")
+    jobs_failed: int = Field(description="of jobs_done, those that failed")
+    jobs_queued: int = Field(description="evaluations pinned to it that have not started")

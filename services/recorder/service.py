@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 
 from services.recorder.batching import BatchWriter
-from shared.errors import ConfigurationError
+from shared.errors import ConfigurationError, StoreUnavailable
 from shared.eventstore import EventStore
 from shared.eventstore.migrate import upgrade
 from shared.messages import Envelope
 from shared.messaging import STREAM_HEADER, Binding
+from shared.messaging.pause import when_available
 from shared.runtime import Runtime
 
 __all__ = ["RecorderService"]
@@ -48,7 +49,13 @@ class RecorderService:
 
     async def start(self) -> None:
         url = self._settings.resolved_database_url
-        await upgrade(url)
+        # A recorder started while PostgreSQL is down (or still starting) waits for it instead
+        # of exiting; the events wait in its queue meanwhile.
+        await when_available(
+            lambda: upgrade(url),
+            unavailable=StoreUnavailable,
+            what=f"{self.name}: migrating the event store",
+        )
         self._store = EventStore.from_url(url)
         self._writer = BatchWriter(self._store.append)
         await self._bus.start()

@@ -2,6 +2,7 @@
 
 Plain data and logic: the service feeds it what the log says (``learn``) and asks it what a
 new registration or a deprecation would mean before publishing the event that makes it so.
+It also knows every file its manifests pin, by sha256: the artifact server serves those.
 """
 
 from __future__ import annotations
@@ -13,9 +14,16 @@ import orjson
 from packaging.version import Version
 
 from shared.errors import ModelNotFound
-from shared.manifests import Manifest, matches, parse_constraint
+from shared.manifests import (
+    DatasetManifest,
+    Manifest,
+    ModelManifest,
+    ModelSource,
+    matches,
+    parse_constraint,
+)
 
-__all__ = ["Catalog", "Entry", "VersionConflict", "digest_of"]
+__all__ = ["Catalog", "Entry", "VersionConflict", "digest_of", "files_of"]
 
 
 def digest_of(manifest: Manifest) -> str:
@@ -44,14 +52,37 @@ def _ref(manifest: Manifest) -> str:
     return f"{manifest.name}@{manifest.version}"
 
 
+def files_of(manifest: Manifest) -> list[tuple[str, ModelSource]]:
+    """The files a manifest pins, with the field that names each."""
+    if isinstance(manifest, ModelManifest):
+        return [
+            ("source" if role == "graph" else role, source)
+            for role, source in manifest.sources.items()
+        ]
+    if isinstance(manifest, DatasetManifest) and manifest.source.file is not None:
+        return [("source", manifest.source.file)]
+    return []
+
+
 class Catalog:
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str], dict[str, Entry]] = {}
+        # Every file pinned by a registered version, deprecated ones included (a job may pin
+        # one exactly), by its sha256.
+        self._files: dict[str, ModelSource] = {}
 
     def learn(self, manifest: Manifest, *, digest: str | None = None) -> None:
         """Take in a registration from the log; the first one of a version stands."""
         versions = self._entries.setdefault((manifest.kind, manifest.name), {})
-        versions.setdefault(manifest.version, Entry(manifest, digest or digest_of(manifest)))
+        if manifest.version in versions:
+            return
+        versions[manifest.version] = Entry(manifest, digest or digest_of(manifest))
+        for _, source in files_of(manifest):
+            self._files.setdefault(source.sha256, source)
+
+    def file(self, sha256: str) -> ModelSource | None:
+        """A source of a registered manifest whose bytes hash to ``sha256``, if any."""
+        return self._files.get(sha256)
 
     def learn_deprecation(self, kind: str, name: str, version: str, reason: str) -> None:
         entry = self._entries.get((kind, name), {}).get(version)

@@ -5,6 +5,8 @@ State is the log's: on start it reads the ``artifacts`` projection, then follows
 ``artifact.*`` event (its own included), so several registries agree and a restart loses
 nothing. The built-in zoo (``manifests/``) is registered through the same events, once.
 Registering publishes ``artifact.registered``; a version is immutable from then on.
+With ``DLSCOPE_ARTIFACT_URL`` set it also serves the files its manifests pin, to workers on
+other hosts (``artifacts``).
 """
 
 from __future__ import annotations
@@ -18,18 +20,12 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from services.registry.catalog import Catalog, VersionConflict, digest_of
+from services.registry.artifacts import ArtifactServer, listen_address
+from services.registry.catalog import Catalog, VersionConflict, digest_of, files_of
 from shared.artifacts import verify
 from shared.errors import ArtifactError, DlscopeError, ManifestError, ModelNotFound
 from shared.eventstore import EventStore
-from shared.manifests import (
-    DatasetManifest,
-    Manifest,
-    ModelManifest,
-    ModelSource,
-    load_manifests,
-    parse_manifest,
-)
+from shared.manifests import Manifest, load_manifests, parse_manifest
 from shared.messages import (
     ArtifactDeprecated,
     ArtifactRegistered,
@@ -64,6 +60,7 @@ class RegistryService:
         self._store: EventStore | None = None
         # One registration or deprecation at a time: check, then publish, then learn.
         self._writing = asyncio.Lock()
+        self.artifacts: ArtifactServer | None = None
 
     async def start(self) -> None:
         self._store = EventStore.from_url(self._settings.resolved_database_url)
@@ -83,6 +80,10 @@ class RegistryService:
                     view.kind, view.name, view.version, view.deprecation_reason or ""
                 )
         await self._register_built_ins()
+        if self._settings.artifact_url:
+            host, port = listen_address(self._settings.artifact_url, self._settings.artifact_listen)
+            self.artifacts = ArtifactServer(self.catalog.file, host=host, port=port)
+            await self.artifacts.start()
         await self._bus.subscribe(
             topology.queue(self.name),
             [Binding(topology.jobs, rpc_key(self.name, call)) for call in CALLS],
@@ -90,6 +91,8 @@ class RegistryService:
         )
 
     async def stop(self) -> None:
+        if self.artifacts is not None:
+            await self.artifacts.stop()
         await self._bus.stop()
         if self._store is not None:
             await self._store.close()
@@ -131,7 +134,7 @@ class RegistryService:
             manifest = parse_manifest(submitted, origin="manifest")
         except ManifestError as exc:
             return RegistrationResult(error=f"invalid {exc}")
-        files = _files_of(manifest)
+        files = files_of(manifest)
         for where, source in files:
             if "://" not in source.uri and not os.path.isabs(source.uri):
                 return RegistrationResult(
@@ -199,15 +202,3 @@ class RegistryService:
                 )
                 self.catalog.learn_deprecation(call.kind, call.name, call.version, call.reason)
             return DeprecationResult()
-
-
-def _files_of(manifest: Manifest) -> list[tuple[str, ModelSource]]:
-    """The files a manifest pins, with the field that names each."""
-    if isinstance(manifest, ModelManifest):
-        files = [("source", manifest.source)]
-        if manifest.weights is not None:
-            files.append(("weights", manifest.weights))
-        return files
-    if isinstance(manifest, DatasetManifest) and manifest.source.file is not None:
-        return [("source", manifest.source.file)]
-    return []

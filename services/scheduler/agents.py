@@ -12,7 +12,13 @@ import uuid
 from dataclasses import dataclass, replace
 
 from shared.manifests import matches
-from shared.messages import AgentHeartbeat, AgentOffline, AgentOnline, EvaluationRequested
+from shared.messages import (
+    UNAVAILABLE,
+    AgentHeartbeat,
+    AgentOffline,
+    AgentOnline,
+    EvaluationRequested,
+)
 
 __all__ = ["Agent", "AgentDirectory", "no_worker_reason"]
 
@@ -32,8 +38,12 @@ class Agent:
     # The last event heard from it: an offline declaration derives its id from it, so two
     # schedulers that notice the same silence declare it with the same event.
     last_event_id: uuid.UUID | None = None
+    # Why it can run no job (its framework or device is absent there), as it announced.
+    unavailable: str | None = None
 
     def describe(self) -> str:
+        if self.unavailable is not None:
+            return f"{self.agent_id} ({self.framework} on {self.hardware}: {self.unavailable})"
         return f"{self.agent_id} ({self.framework} {self.framework_version} on {self.hardware})"
 
 
@@ -59,6 +69,7 @@ class AgentDirectory:
                 heartbeat_interval_s=event.heartbeat_interval_s,
                 last_seen=now,
                 last_event_id=event_id,
+                unavailable=_text(event.capabilities.get(UNAVAILABLE)),
             )
         elif isinstance(event, AgentHeartbeat):
             # A heartbeat from an agent announced before this scheduler started is unknown
@@ -69,6 +80,13 @@ class AgentDirectory:
                 )
         elif (agent := self._agents.get(event.agent_id)) is not None:
             self._agents[event.agent_id] = replace(agent, departed=True, busy=False)
+
+    def excuse(self, now: float) -> None:
+        """This scheduler could hear no one until ``now`` (its own link to the broker was
+        down): every agent's silence counts from ``now``, not from its last heartbeat."""
+        for agent_id, agent in self._agents.items():
+            if not agent.departed and agent.last_seen < now:
+                self._agents[agent_id] = replace(agent, last_seen=now)
 
     def known(self) -> list[Agent]:
         """Every agent heard of, online or not."""
@@ -98,7 +116,8 @@ class AgentDirectory:
         return [
             agent
             for agent in self.online(now)
-            if agent.framework == request.framework
+            if agent.unavailable is None
+            and agent.framework == request.framework
             and agent.hardware == request.hardware
             and matches(agent.framework_version, request.framework_version)
             and matches(agent.framework_version, model_needs)
@@ -117,7 +136,9 @@ class AgentDirectory:
         serving = {
             agent.agent_id
             for agent in self.online(now)
-            if agent.framework == request.framework and agent.hardware == request.hardware
+            if agent.framework == request.framework
+            and agent.hardware == request.hardware
+            and agent.unavailable is None  # it does not read the shared queue
         }
         if serving <= chosen:
             return None
@@ -154,3 +175,7 @@ def no_worker_reason(
         wanted += f" (agent {agent_id})"
     offered = "; ".join(a.describe() for a in online) if online else "no agents are online"
     return f"no online worker offers {wanted}; available: {offered}"
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)

@@ -47,7 +47,7 @@ def plan_experiment(
         # Its own framework's agents, and those of frameworks that run its format (an ONNX
         # graph also runs on opencl and tensorrt workers): one member per agent.
         # Asked for "all", those others only where one of their workers is online.
-        serving = {a.framework for a in online}
+        serving = {a.framework for a in online if a.unavailable is None}
         frameworks = [
             f
             for f in manifest.frameworks
@@ -108,7 +108,8 @@ def _can_run(
     agent: Agent, framework: str, request: ExperimentRequested, manifest: ModelManifest
 ) -> bool:
     return (
-        agent.framework == framework
+        agent.unavailable is None
+        and agent.framework == framework
         and agent.hardware == request.hardware
         and matches(agent.framework_version, request.framework_version)
         and matches(agent.framework_version, manifest.version_needed_by(framework))

@@ -89,6 +89,10 @@ class RunningJobs:
         while len(self._settled) > _SETTLED_KEPT:
             self._settled.popitem(last=False)
 
+    def is_over(self, evaluation_id: uuid.UUID) -> bool:
+        """Whether an outcome of ``evaluation_id`` was seen here."""
+        return evaluation_id in self._settled
+
     def get(self, evaluation_id: uuid.UUID) -> Job | None:
         return self._jobs.get(evaluation_id)
 

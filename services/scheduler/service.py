@@ -11,6 +11,9 @@ agent offline while running a job -> evaluation failed ("agent") at once when th
           pinned to it or no other agent of its kind is online; else the broker gives the
           job to another agent: failed only if no next attempt starts within the grace period
           (the missed-heartbeats window, longer while every such agent is busy)
+no outcome within DLSCOPE_EVALUATION_TIMEOUT_S of the scheduling, or of the latest attempt's
+          start -> evaluation failed ("timeout")
+started again -> the evaluations in flight, read back from the event store (recovery.py)
 """
 
 from __future__ import annotations
@@ -22,12 +25,17 @@ import os
 import socket
 import time
 import uuid
+from datetime import UTC, datetime
+from typing import NamedTuple
 
 from services.scheduler.agents import AgentDirectory
+from services.scheduler.artifacts import ship
 from services.scheduler.experiments import Resolved, plan_experiment
 from services.scheduler.losses import Losses
+from services.scheduler.recovery import in_flight
 from services.scheduler.running import RunningJobs
-from shared.errors import ConfigurationError
+from shared.errors import ConfigurationError, StoreUnavailable
+from shared.eventstore import EventStore
 from shared.manifests import DatasetManifest, Manifest, ModelManifest
 from shared.measurement import check_sample_count
 from shared.messages import (
@@ -55,11 +63,17 @@ from shared.messages import (
     rpc_key,
 )
 from shared.messaging import Binding
+from shared.messaging.pause import when_available
 from shared.runtime import Runtime
 
 __all__ = ["SchedulerService"]
 
 log = logging.getLogger(__name__)
+
+
+class _Deadline(NamedTuple):
+    request: Envelope
+    task: asyncio.Task[None]
 
 
 class SchedulerService:
@@ -69,7 +83,9 @@ class SchedulerService:
         self._settings = runtime.settings
         self._bus = runtime.bus(self.name)
         self.agents = AgentDirectory(missed_heartbeats=runtime.settings.agent_missed_heartbeats)
-        self._deadlines: dict[uuid.UUID, asyncio.Task[None]] = {}
+        # By correlation id: the request each deadline fails (a new attempt re-arms it with
+        # it), and the task that fails it.
+        self._deadlines: dict[uuid.UUID, _Deadline] = {}
         self.jobs = RunningJobs()
         self._losses = Losses(
             self.jobs, self.agents, self._bus, runtime.settings, producer=self.name
@@ -78,6 +94,12 @@ class SchedulerService:
         # that arrived in between.
         self._declared: set[uuid.UUID] = set()
         self._sweeper: asyncio.Task[None] | None = None
+        self._recovery: asyncio.Task[None] | None = None
+        self.recovered = asyncio.Event()
+        # Since when this instance has been hearing the agents (its start, or its link to the
+        # broker coming back): until they have had time to answer the discovery call, an
+        # empty directory means "not heard yet", not "no such agent".
+        self._listening_since = time.monotonic()
 
     async def start(self) -> None:
         await self._bus.start()
@@ -113,6 +135,15 @@ class SchedulerService:
             self._follow_job,
             durable=False,
         )
+        await self._discover()
+        self._sweeper = asyncio.create_task(self._sweep(), name="scheduler: missed heartbeats")
+        # After the subscriptions: an outcome that arrives while the store is read settles
+        # its job, and the recovery then leaves it alone.
+        self._recovery = asyncio.create_task(self._recover(), name="scheduler: recovery")
+
+    async def _discover(self) -> None:
+        """Ask every agent to announce itself (the scheduler's directory starts empty)."""
+        self._listening_since = time.monotonic()
         await self._bus.publish(
             Envelope.wrap(
                 AgentsDiscover(requested_by=self.name),
@@ -121,17 +152,25 @@ class SchedulerService:
                 producer=self.name,
             )
         )
-        self._sweeper = asyncio.create_task(self._sweep(), name="scheduler: missed heartbeats")
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for task in (self._sweeper, self._recovery):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for deadline in self._deadlines.values():
-            deadline.cancel()
+            deadline.task.cancel()
+        self._deadlines.clear()
         self._losses.close()
         await self._bus.stop()
+
+    @property
+    def _discovery_window(self) -> float:
+        """How long agents have to answer a discovery call: one heartbeat interval (an
+        answer is one round trip; a request for an agent that truly is not there should not
+        wait much longer than that to be told so)."""
+        return self._settings.heartbeat_interval_s
 
     @property
     def watched(self) -> set[uuid.UUID]:
@@ -150,35 +189,84 @@ class SchedulerService:
         elif isinstance(event, EvaluationStarted):
             if self.jobs.started(event, envelope.event_id) is not None:
                 self._losses.taken_up(event.evaluation_id)
+                watched = self._deadlines.get(envelope.correlation_id)
+                if watched is not None:  # each attempt has the whole timeout
+                    self._watch(watched.request, attempt=event.attempt)
         elif isinstance(event, EvaluationCompleted | EvaluationFailed):
             self.jobs.settled(event.evaluation_id)
             self._losses.taken_up(event.evaluation_id)
             deadline = self._deadlines.pop(envelope.correlation_id, None)
             if deadline is not None:
-                deadline.cancel()
+                deadline.task.cancel()
 
-    def _watch(self, scheduled: Envelope) -> None:
-        """Fail the evaluation if it has no outcome in time (its worker may have died)."""
+    def _watch(self, request: Envelope, *, attempt: int = 0, since: datetime | None = None) -> None:
+        """Fail the evaluation if it has no outcome in time (its worker may have died): within
+        the timeout of its scheduling, or of its latest attempt's start (``since``, when
+        that was before now)."""
         timeout = self._settings.evaluation_timeout_s
+        elapsed = 0.0 if since is None else (datetime.now(UTC) - since).total_seconds()
+        what = "being scheduled" if attempt == 0 else f"attempt {attempt} starting"
 
         async def expire() -> None:
-            await asyncio.sleep(timeout)
-            self._deadlines.pop(scheduled.correlation_id, None)
+            await asyncio.sleep(max(0.0, timeout - elapsed))
+            self._deadlines.pop(request.correlation_id, None)
             failed = failure_caused_by(
-                scheduled,
+                request,
                 stage="timeout",
-                reason=f"no outcome within {timeout:g} s of being scheduled; the worker may "
-                "have stopped (DLSCOPE_EVALUATION_TIMEOUT_S)",
+                reason=f"no outcome within {timeout:g} s of {what}; the worker may have "
+                "stopped (DLSCOPE_EVALUATION_TIMEOUT_S)",
                 producer=self.name,
             )
             if failed is not None:
                 await self._bus.publish(failed)
 
-        # A redelivered request is scheduled again: its earlier deadline must not outlive it.
-        earlier = self._deadlines.pop(scheduled.correlation_id, None)
+        # A redelivered request is scheduled again, a new attempt starts the clock again: the
+        # earlier deadline must not outlive it.
+        earlier = self._deadlines.pop(request.correlation_id, None)
         if earlier is not None:
-            earlier.cancel()
-        self._deadlines[scheduled.correlation_id] = asyncio.create_task(expire())
+            earlier.task.cancel()
+        self._deadlines[request.correlation_id] = _Deadline(request, asyncio.create_task(expire()))
+
+    async def _recover(self) -> None:
+        """Follow again every evaluation in flight, as the event store has it; a store that
+        is unavailable is waited out (the live events are followed meanwhile)."""
+        count = await when_available(
+            self._recover_once,
+            unavailable=(StoreUnavailable, ConfigurationError),  # down, or not migrated yet
+            what=f"{self.name}: reading back the evaluations in flight",
+        )
+        if count:
+            log.info("following again %d evaluations in flight after a restart", count)
+        self.recovered.set()
+
+    async def _recover_once(self) -> int:
+        store = EventStore.from_url(self._settings.resolved_database_url)
+        try:
+            return await self._recover_from(store)
+        finally:
+            await store.close()
+
+    async def _recover_from(self, store: EventStore) -> int:
+        ids: list[uuid.UUID] = []
+        page = 500
+        for status in ("scheduled", "running"):
+            offset = 0
+            while views := await store.list_evaluations(status=status, limit=page, offset=offset):
+                ids.extend(view.evaluation_id for view in views)
+                offset += page
+        count = 0
+        for evaluation_id in dict.fromkeys(ids):
+            found = in_flight(await store.stream_events(evaluation_stream(evaluation_id)))
+            if found is None or self.jobs.is_over(found.evaluation_id):
+                continue
+            self.jobs.scheduled(found.scheduled)
+            if found.started is not None and found.started_by is not None:
+                self.jobs.started(found.started, found.started_by)
+            if found.request.correlation_id not in self._deadlines:
+                attempt = 0 if found.started is None else found.started.attempt
+                self._watch(found.request, attempt=attempt, since=found.since)
+                count += 1
+        return count
 
     async def _gave_up(self, envelope: Envelope, reason: str) -> None:
         """A request that cannot be scheduled (invalid, or failing every retry) fails its
@@ -203,8 +291,22 @@ class SchedulerService:
         """Declare offline, once, every agent that missed its heartbeats."""
         # Twice per heartbeat: an agent is declared at most half an interval late.
         period = self._settings.heartbeat_interval_s / 2
+        deaf = False
         while True:
             await asyncio.sleep(period)
+            if not self._bus.is_connected:
+                deaf = True
+                continue
+            if deaf:
+                # The heartbeats sent while this scheduler's own link was down never reached
+                # it: that silence is not the agents'. (A broker outage otherwise failed
+                # every running evaluation, its agent "offline" for missed heartbeats.)
+                self.agents.excuse(time.monotonic())
+                deaf = False
+                try:  # and an agent that started meanwhile is not known here yet
+                    await self._discover()
+                except Exception as exc:
+                    log.warning("discovery after a reconnect not sent: %s", exc)
             try:
                 await self._declare_lapsed()
             except Exception as exc:  # a broker outage must not end the sweeping
@@ -278,6 +380,13 @@ class SchedulerService:
         now = time.monotonic()
         needs = manifest.version_needed_by(request.framework)
         candidates = self.agents.candidates(request, now, model_needs=needs)
+        answering = self._listening_since + self._discovery_window - now
+        if not candidates and answering > 0:
+            # Just started, or back from a broker outage: the agents are still answering the
+            # discovery call. "No such agent" is said once they have had time to.
+            await asyncio.sleep(answering)
+            now = time.monotonic()
+            candidates = self.agents.candidates(request, now, model_needs=needs)
         if not candidates:
             await self._fail(
                 envelope,
@@ -285,6 +394,18 @@ class SchedulerService:
                 self.agents.explain_no_match(request, now, model_needs=needs),
             )
             return
+        # Where the candidates run decides how the job names the model's files (artifacts.py).
+        shipment = ship(
+            manifest,
+            dataset,
+            candidates,
+            artifact_url=self._settings.artifact_url,
+            here=socket.gethostname(),
+        )
+        if isinstance(shipment, str):
+            await self._fail(envelope, "artifact", shipment)
+            return
+        candidates = shipment.candidates
         agent_id = self.agents.route(request, candidates, now)
         await self._bus.publish(
             envelope.caused(
@@ -308,14 +429,16 @@ class SchedulerService:
             envelope.caused(
                 RunEvaluation(
                     evaluation_id=request.evaluation_id,
-                    manifest=manifest,
+                    manifest=shipment.manifest,
                     framework=request.framework,
                     framework_version=request.framework_version,
                     hardware=request.hardware,
                     scenario=request.scenario,
-                    dataset=dataset,
+                    dataset=shipment.dataset,
                     split=request.split,
                     experiment_id=request.experiment_id,
+                    trace_level=request.trace_level,
+                    trace_queries=request.trace_queries,
                 ),
                 producer=self.name,
             ),

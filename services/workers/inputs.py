@@ -27,7 +27,7 @@ __all__ = [
 SYNTHETIC_SAMPLES = 65_536
 
 
-def query_sizes(scenario: measurement.Scenario) -> set[int]:
+def query_sizes(scenario: measurement.ScenarioPlan) -> set[int]:
     """Every number of samples one query of ``scenario`` takes."""
     if isinstance(scenario, measurement.BatchSweep):
         return set(scenario.batch_sizes)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -19,21 +21,23 @@ from opentelemetry.trace import Tracer
 from services.workers.environment import environment, host_name
 from services.workers.isolation import FrameworkProcess
 from services.workers.measurement import Run
+from services.workers.tracing import record_trace
 from shared.artifacts import ArtifactCache
-from shared.errors import ArtifactError, DlscopeError
+from shared.errors import ArtifactError, BrokerUnavailable, DlscopeError
 from shared.manifests import matches
 from shared.messages import (
     Envelope,
     EvaluationMeasured,
+    EvaluationProfiled,
     EvaluationStarted,
     FailureStage,
-    LayerTiming,
     Payload,
     RunEvaluation,
     attempt_key,
     failure_caused_by,
 )
 from shared.messaging import Bus, current_delivery
+from shared.messaging.pause import when_available
 
 __all__ = ["JobRunner"]
 
@@ -43,6 +47,13 @@ log = logging.getLogger(__name__)
 CONDITIONS = ("cpu_governor", "load_average", "cpu_threads", "heavy_processes")
 
 Publish = Callable[[Payload], Awaitable[None]]
+
+# A measurement is minutes of work: a broker blip at its end is waited out this long before
+# the job is handed back (then another attempt runs it again).
+PUBLISH_PATIENCE_S = 20 * 60.0
+# The jobs whose every event is published, remembered so a copy of one redelivered after a
+# broker blip (RabbitMQ requeues what a lost channel left unacknowledged) is not run again.
+REMEMBERED_JOBS = 1024
 
 
 class JobRunner:
@@ -64,6 +75,7 @@ class JobRunner:
         self._results_dir = results_dir
         self._tracer = tracer
         self._one_at_a_time = asyncio.Lock()
+        self._finished: OrderedDict[uuid.UUID, None] = OrderedDict()
 
     @property
     def busy(self) -> bool:
@@ -73,12 +85,17 @@ class JobRunner:
         job = envelope.open(RunEvaluation)
         attempt = current_delivery().attempt
         async with self._one_at_a_time:
+            if envelope.event_id in self._finished:
+                # A copy of a job this worker already finished and reported: the broker
+                # requeued it when the channel it was taken on broke before the ack.
+                log.info("job %s was already run and reported here: not again", envelope.event_id)
+                return
             # Each attempt's events are its own (a second attempt's start is not a duplicate
             # of the first's): their ids are derived from the job and the attempt.
             key = attempt_key(attempt)
 
             async def publish(payload: Payload) -> None:
-                await self._bus.publish(envelope.caused(payload, producer=self.name, key=key))
+                await self._publish(envelope.caused(payload, producer=self.name, key=key))
 
             described = self._framework.described
             captured = environment(
@@ -104,7 +121,22 @@ class JobRunner:
                     envelope, stage=stage, reason=reason, producer=self.name, key=key
                 )
                 assert failed is not None, "a job always names its evaluation"
-                await self._bus.publish(failed)
+                await self._publish(failed)
+            self._finished[envelope.event_id] = None
+            while len(self._finished) > REMEMBERED_JOBS:
+                self._finished.popitem(last=False)
+
+    async def _publish(self, envelope: Envelope) -> None:
+        """Publish ``envelope``, waiting out a broker outage: what was measured is published
+        when the broker is back, not lost and not measured again. The event's id is fixed
+        before the first try, so a try that reached the broker unconfirmed stores once."""
+        await when_available(
+            lambda: self._bus.publish(envelope),
+            unavailable=BrokerUnavailable,
+            what=f"{self.name}: publishing {envelope.type}",
+            patience_s=PUBLISH_PATIENCE_S,
+            cap=10.0,
+        )
 
     async def _measure(
         self, job: RunEvaluation, publish: Publish, captured: dict[str, Any], attempt: int
@@ -128,8 +160,20 @@ class JobRunner:
             return "artifact", str(exc)
         except DlscopeError as exc:  # the framework's error, or its process's death
             return "predictor", str(exc)
-        if run.layers:
-            self._trace_layers(run.layers, run.layers_wall_ns)
+        tracing = record_trace(self._tracer, run.tracing)
+        if run.tracing.profiled:  # before the measurement: layers are there once it completes
+            await publish(
+                EvaluationProfiled(
+                    evaluation_id=job.evaluation_id,
+                    agent_id=self.agent_id,
+                    framework=job.framework,
+                    trace_level=job.trace_level,
+                    levels=tracing,
+                    passes=list(run.tracing.profiled),
+                    experiment_id=job.experiment_id,
+                    attempt=attempt,
+                )
+            )
         await publish(
             EvaluationMeasured(
                 evaluation_id=job.evaluation_id,
@@ -140,6 +184,8 @@ class JobRunner:
                 loadgen=run.loadgen,
                 conditions={k: captured[k] for k in CONDITIONS if k in captured},
                 layers=run.layers,
+                trace_level=job.trace_level,
+                tracing=tracing,
                 accuracy=run.accuracy,
                 fingerprint=run.fingerprint,
                 experiment_id=job.experiment_id,
@@ -164,32 +210,3 @@ class JobRunner:
                     f"{constraint!r}, the version {whose}"
                 )
         return None
-
-    def _trace_layers(self, layers: list[LayerTiming], wall_ns: int) -> None:
-        """One query's layers as HARDWARE-level spans under the job's span: their device
-        timestamps moved onto the wall clock, the first kernel queued when the query began."""
-        offset = wall_ns - layers[0].queued_ns
-        with self._tracer.start_as_current_span(
-            "hardware: one query, per layer",
-            start_time=wall_ns,
-            attributes={"dlscope.trace_level": "HARDWARE", "dlscope.layers": len(layers)},
-            end_on_exit=False,  # it ends when the last layer did, on the device's clock
-        ) as query:
-            for layer in layers:
-                span = self._tracer.start_span(
-                    f"{layer.op_type} {layer.node}",
-                    start_time=layer.start_ns + offset,
-                    attributes={
-                        "dlscope.trace_level": "HARDWARE",
-                        "onnx.node": layer.node,
-                        "onnx.op_type": layer.op_type,
-                        "onnx.fused": layer.fused,
-                        "onnx.input_shapes": [str(shape) for shape in layer.input_shapes],
-                        "onnx.output_shapes": [str(shape) for shape in layer.output_shapes],
-                        "opencl.kernels": layer.kernels,
-                        "opencl.queued_ns": layer.queued_ns,
-                        "opencl.submit_ns": layer.submit_ns,
-                    },
-                )
-                span.end(end_time=layer.end_ns + offset)
-            query.end(end_time=layers[-1].end_ns + offset)

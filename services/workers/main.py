@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from services.workers.service import WorkerService
 from shared.config import Settings
+from shared.errors import ConfigurationError
 from shared.messages import FRAMEWORKS, HARDWARE
 from shared.runtime import run_process
 
@@ -21,12 +22,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--agent-id", default=None, help="default: <host>-<framework>-<hardware>-<random>"
     )
     args = parser.parse_args(argv)
-    run_process(
-        f"worker-{args.framework}-{args.hardware}",
-        lambda runtime: [
-            WorkerService(
-                runtime, framework=args.framework, hardware=args.hardware, agent_id=args.agent_id
-            )
-        ],
-        Settings(),
-    )
+    try:
+        run_process(
+            f"worker-{args.framework}-{args.hardware}",
+            lambda runtime: [
+                WorkerService(
+                    runtime,
+                    framework=args.framework,
+                    hardware=args.hardware,
+                    agent_id=args.agent_id,
+                )
+            ],
+            Settings(),
+        )
+    except ConfigurationError as exc:
+        # One line saying what to install, and a non-zero exit: in a container that is a
+        # restart loop an operator sees, rather than a worker that is up and takes no job.
+        raise SystemExit(f"dlscope worker: {exc}") from None

@@ -1,7 +1,8 @@
 """The measurement session: what runs in the framework's own process for one job.
 
 load -> cold query, warm-up, timed queries -> accuracy (with a dataset) -> output
-fingerprint -> one query's per-layer timings (where the predictor times its layers)
+fingerprint -> the traced passes the job's trace level asks for (services.workers.profiling),
+after the timed queries and on the same inputs, so tracing never enters the headline
 
 Nothing here talks to the broker or to the event loop: the session runs on the child
 process's main thread (``services.workers.session``), alone, and hands back a ``Run``.
@@ -25,12 +26,15 @@ from services.workers.inputs import (
     query_inputs,
     query_sizes,
 )
-from services.workers.predictors import PredictorFactory, TimesLayers
+from services.workers.predictors import PredictorFactory
+from services.workers.profiling import Tracing, trace
 from shared.datasets import Dataset, load_dataset
 from shared.errors import DlscopeError, PredictorError
+from shared.manifests import ModelManifest
 from shared.measurement import ScenarioResult, check_sample_count, run_scenario
 from shared.measurement.loadgen import LoadgenResult, run_loadgen
 from shared.messages import AccuracyMeasurement, LayerTiming, OutputFingerprint, RunEvaluation
+from shared.processing import postprocess
 
 __all__ = ["ACCURACY_BATCH", "Run", "measure"]
 
@@ -52,8 +56,8 @@ class Run:
     loadgen: LoadgenResult | None
     accuracy: AccuracyMeasurement | None
     fingerprint: OutputFingerprint
-    layers: list[LayerTiming] | None
-    layers_wall_ns: int = 0  # the wall clock when the query whose layers were timed began
+    layers: list[LayerTiming] | None  # one query's, from the first profiled pass
+    tracing: Tracing
 
 
 def measure(
@@ -65,7 +69,7 @@ def measure(
     progress: Progress = lambda phase: None,
 ) -> Run:
     """Load the model, run the scenario, then (with a dataset) measure accuracy, then record
-    the output fingerprint (and, where the predictor times its layers, one query's layers).
+    the output fingerprint, then run the traced passes the job's trace level asks for.
 
     The queries run on inputs built before timing starts, one batch per query size the
     scenario uses: the dataset's first samples, or seeded synthetic inputs. So a latency
@@ -116,12 +120,19 @@ def measure(
             )
         progress("recording the output fingerprint")
         fingerprint = _fingerprint(predict, job, dataset, first)
-        layers_wall_ns = time.time_ns()
-        layers = None
-        if isinstance(predictor, TimesLayers):
-            progress("timing the layers")
-            layers = _layer_timings(predictor, by_size[min(by_size)])
-        return Run(load_ns, native, loadgen, accuracy, fingerprint, layers, layers_wall_ns)
+        smallest = min(by_size)
+        tracing = trace(
+            predictor,
+            job.trace_level,
+            queries=job.trace_queries,
+            inputs=by_size[smallest],
+            make_inputs=lambda: query_inputs(
+                job.manifest, dataset, smallest, seed=job.scenario.seed
+            ),
+            postprocess=lambda outputs: _postprocess(job.manifest, outputs),
+            progress=progress,
+        )
+        return Run(load_ns, native, loadgen, accuracy, fingerprint, tracing.one_query, tracing)
     except DlscopeError:
         raise
     except Exception as exc:  # the framework's own error types
@@ -133,12 +144,11 @@ def measure(
         predictor.close()
 
 
-def _layer_timings(predictor: TimesLayers, inputs: dict[str, np.ndarray]) -> list[LayerTiming]:
-    """One query's per-layer device timings."""
-    predictor.predict(inputs)
+def _postprocess(manifest: ModelManifest, outputs: list[np.ndarray]) -> list[object]:
+    """Outputs through the manifest's post-processing steps (probabilities, top-k)."""
     return [
-        LayerTiming.model_validate({k: v for k, v in layer.as_dict().items() if k != "duration_ns"})
-        for layer in predictor.layer_timings()
+        postprocess(spec.steps, output) if spec.steps else output
+        for spec, output in zip(manifest.outputs, outputs, strict=False)
     ]
 
 

@@ -15,8 +15,16 @@ import logging
 from services.workers.agent import Agent, default_agent_id
 from services.workers.isolation import FrameworkProcess
 from services.workers.jobs import JobRunner
+from services.workers.predictors import not_installed
 from shared.artifacts import ArtifactCache
-from shared.messages import Envelope, Framework, Hardware, failure_caused_by, job_key
+from shared.messages import (
+    UNAVAILABLE,
+    Envelope,
+    Framework,
+    Hardware,
+    failure_caused_by,
+    job_key,
+)
 from shared.messaging import Binding
 from shared.runtime import Runtime
 
@@ -39,6 +47,8 @@ class WorkerService:
         self.hardware = hardware
         self.agent_id = agent_id or default_agent_id(framework, hardware)
         self.name = f"worker {self.agent_id}"
+        # Why this worker can run no job (its framework is not installed), once it knows.
+        self.unavailable: str | None = None
         self._bus = runtime.bus("worker", prefetch=1)
         self.process = FrameworkProcess(
             framework, hardware, home=settings.home, deadline_s=settings.framework_deadline_s
@@ -61,8 +71,10 @@ class WorkerService:
         )
 
     async def start(self) -> None:
-        # The framework first: a framework that cannot be imported here stops the worker
-        # before it takes a job (ConfigurationError, naming what is missing).
+        # Looked up before the framework process starts, which would die importing it.
+        if (why := not_installed(self.framework)) is not None:
+            await self._start_unavailable(why)
+            return
         described = await self.process.start()
         await self._bus.start()
         topology = self._bus.topology
@@ -87,6 +99,33 @@ class WorkerService:
                 count_redeliveries=True,
             )
         await self._agent.start(version=described.version, device=described.device)
+
+    async def _start_unavailable(self, why: str) -> None:
+        """A worker whose framework is not installed here says so, with what to install: it
+        is announced with the reason (the scheduler routes nothing to it and names it when
+        it explains why no worker can run a request) and fails what is sent to it alone. It
+        reads no shared queue, where it would take the jobs of workers that can run them."""
+        log.error("%s: %s", self.name, why)
+        self.unavailable = why
+        await self._bus.start()
+        topology = self._bus.topology
+        await self._bus.subscribe(
+            topology.queue("worker", self.framework, self.hardware, self.agent_id),
+            [Binding(topology.jobs, job_key(self.framework, self.hardware, self.agent_id))],
+            self._refuse_job,
+            durable=False,
+        )
+        await self._agent.start(version="none", device={UNAVAILABLE: why})
+
+    async def _refuse_job(self, envelope: Envelope) -> None:
+        failed = failure_caused_by(
+            envelope,
+            stage="validation",
+            reason=f"agent {self.agent_id}: {self.unavailable}",
+            producer=self.name,
+        )
+        if failed is not None:
+            await self._bus.publish(failed)
 
     async def stop(self) -> None:
         await self._agent.stop()

@@ -12,23 +12,40 @@ archive source is verified as a whole and extracted once, safely, beside it in t
 
 Everything in ``sha256/`` is re-verified on every use, so a file changed behind dlscope's back
 is replaced rather than measured.
+
+Workers on other hosts get local sources as URLs of the registry's artifact server
+(``served``), addressed by the same sha256.
 """
 
 from shared.artifacts.archives import Archive, ArchiveFormat, ArchiveSpec
 from shared.artifacts.cache import ArtifactCache
 from shared.artifacts.digests import sha256_of
 from shared.artifacts.limits import ArtifactLimits
+from shared.artifacts.served import (
+    SERVED_ROUTE,
+    check_artifact_url,
+    host_paths,
+    is_host_path,
+    served_manifest,
+    served_uri,
+)
 from shared.artifacts.sources import is_remote, locate
 from shared.artifacts.verification import verify
 
 __all__ = [
+    "SERVED_ROUTE",
     "Archive",
     "ArchiveFormat",
     "ArchiveSpec",
     "ArtifactCache",
     "ArtifactLimits",
+    "check_artifact_url",
+    "host_paths",
+    "is_host_path",
     "is_remote",
     "locate",
+    "served_manifest",
+    "served_uri",
     "sha256_of",
     "verify",
 ]

@@ -16,6 +16,8 @@ __all__ = ["download"]
 # The sha256 pins the file's bytes: ask for them as stored, not re-encoded on the way, so
 # Content-Length is the size of the file itself.
 _HEADERS = {"Accept-Encoding": "identity"}
+# How much of a refusal's text is quoted in the error.
+_EXPLANATION_BYTES = 500
 
 
 @contextmanager
@@ -36,7 +38,7 @@ def download(uri: str, limits: ArtifactLimits) -> Iterator[Iterator[bytes]]:
             if not response.is_success:
                 raise ArtifactError(
                     f"{uri}: download failed with HTTP {response.status_code} "
-                    f"{response.reason_phrase}"
+                    f"{response.reason_phrase}{_explanation(response)}"
                 )
             declared = response.headers.get("Content-Length", "")
             if declared.isdigit() and int(declared) > limits.max_download_bytes:
@@ -53,6 +55,20 @@ def download(uri: str, limits: ArtifactLimits) -> Iterator[Iterator[bytes]]:
         raise ArtifactError(f"{uri}: cannot connect to the server: {exc}") from exc
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise ArtifactError(f"{uri}: download failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _explanation(response: httpx.Response) -> str:
+    """The server's own words on a refusal, when it gave some in plain text (dlscope's
+    artifact server says which file is missing and why): quoted, short."""
+    if not response.headers.get("Content-Type", "").startswith("text/plain"):
+        return ""
+    body = b""
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) >= _EXPLANATION_BYTES:
+            break
+    text = " ".join(body[:_EXPLANATION_BYTES].decode("utf-8", "replace").split())
+    return f": {text}" if text else ""
 
 
 def _capped(chunks: Iterator[bytes], uri: str, limit: int) -> Iterator[bytes]:

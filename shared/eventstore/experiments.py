@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from shared.eventstore.payloads import Payload, text, uuid_of
+from shared.eventstore.payloads import StoredPayload, text, uuid_of
 from shared.eventstore.views import ExperimentStatus, ExperimentView, StoredEvent
 
 __all__ = ["evolve_experiment", "experiment_key"]
@@ -62,7 +62,7 @@ def _advance(row: ExperimentView, status: ExperimentStatus) -> ExperimentStatus:
     return status if _RANK[status] > _RANK[row.status] else row.status
 
 
-def _requested(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
+def _requested(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
     models = p.get("models")
     first = models[0] if isinstance(models, list) and models else None
     return dict(
@@ -74,7 +74,7 @@ def _requested(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
     )
 
 
-def _scheduled(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
+def _scheduled(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
     return dict(
         members=_records(p.get("members")),
         skipped=_records(p.get("skipped")),
@@ -82,7 +82,7 @@ def _scheduled(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
     )
 
 
-def _compared(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
+def _compared(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
     comparison = p.get("comparison")
     return dict(
         comparison=dict(comparison) if isinstance(comparison, Mapping) else row.comparison,
@@ -90,7 +90,7 @@ def _compared(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
     )
 
 
-def _failed(row: ExperimentView, event: StoredEvent, p: Payload) -> Changes:
+def _failed(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
     return dict(error=row.error or text(p, "reason") or "", status=_advance(row, "failed"))
 
 
@@ -100,7 +100,7 @@ def _records(value: object) -> list[dict[str, Any]]:
     return [dict(item) for item in value if isinstance(item, Mapping)]
 
 
-_Handler = Callable[[ExperimentView, StoredEvent, Payload], Changes]
+_Handler = Callable[[ExperimentView, StoredEvent, StoredPayload], Changes]
 _HANDLERS: dict[str, _Handler] = {
     "experiment.requested": _requested,
     "experiment.scheduled": _scheduled,

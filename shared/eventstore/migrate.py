@@ -11,11 +11,14 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from shared.config import REPOSITORY_ROOT
-from shared.eventstore.engine import WRITE, create_engine
+from shared.errors import StoreUnavailable
+from shared.eventstore.engine import WRITE, create_engine, describe
+from shared.eventstore.store import is_unavailable
 
 __all__ = ["MIGRATIONS_DIR", "current_revision", "head_revision", "upgrade"]
 
@@ -25,7 +28,8 @@ _LOCK_KEY = 0x646C73636F7066
 
 
 async def upgrade(url: str) -> None:
-    """Migrate the database at ``url`` to the newest revision; a no-op when it is there."""
+    """Migrate the database at ``url`` to the newest revision; a no-op when it is there.
+    Raises ``StoreUnavailable`` when the database cannot be reached (worth waiting out)."""
     engine = create_engine(url)
     try:
         async with engine.connect() as connection:
@@ -33,6 +37,12 @@ async def upgrade(url: str) -> None:
             # One transaction for the whole upgrade (DDL is transactional on both databases).
             async with connection.begin():
                 await connection.run_sync(_upgrade)
+    except sa_exc.DBAPIError as exc:
+        if not is_unavailable(exc):
+            raise
+        raise StoreUnavailable(f"cannot migrate {describe(url)}: unavailable: {exc}") from exc
+    except (OSError, sa_exc.TimeoutError) as exc:
+        raise StoreUnavailable(f"cannot migrate {describe(url)}: unavailable: {exc}") from exc
     finally:
         await engine.dispose()
 

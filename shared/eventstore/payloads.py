@@ -10,17 +10,19 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Payload", "number", "text", "uuid_of"]
+__all__ = ["StoredPayload", "number", "text", "uuid_of"]
 
-Payload = Mapping[str, Any]
+# A payload as the store keeps it, read leniently here; the typed payloads of the wire are
+# ``shared.messages.Payload``'s subclasses.
+StoredPayload = Mapping[str, Any]
 
 
-def text(payload: Payload, name: str) -> str | None:
+def text(payload: StoredPayload, name: str) -> str | None:
     value = payload.get(name)
     return value if isinstance(value, str) and value else None
 
 
-def number(payload: Payload, name: str) -> float | None:
+def number(payload: StoredPayload, name: str) -> float | None:
     value = payload.get(name)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None

@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.eventstore import schema
 from shared.eventstore.experiments import evolve_experiment, experiment_key
-from shared.eventstore.payloads import Payload, number, text, uuid_of
+from shared.eventstore.payloads import StoredPayload, number, text, uuid_of
 from shared.eventstore.sql import one_of, upsert
 from shared.eventstore.views import (
     AgentView,
@@ -115,7 +115,7 @@ def _advance(row: EvaluationView, status: EvaluationStatus) -> EvaluationStatus:
     return status if _RANK[status] > _RANK[row.status] else row.status
 
 
-def _requested(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+def _requested(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
     # The request is the root of the evaluation: it owns the request time and the trace. Its
     # other fields only fill gaps, so a resolved version that overtook it is kept.
     return dict(
@@ -131,7 +131,7 @@ def _requested(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
     )
 
 
-def _scheduled(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+def _scheduled(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
     return dict(
         model=text(p, "model") or row.model,
         model_version=text(p, "model_version") or row.model_version,
@@ -144,7 +144,7 @@ def _scheduled(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
     )
 
 
-def _started(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+def _started(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
     attempt = _attempt(p)
     changes: Changes = dict(attempts=max(row.attempts, attempt), status=_advance(row, "running"))
     # An attempt's start describes the evaluation unless a later attempt is already known
@@ -159,7 +159,7 @@ def _started(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
     return changes
 
 
-def _measured(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+def _measured(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
     attempt = _attempt(p)
     if attempt > row.attempts:
         # A later attempt than any start seen: its agent, whose host its start will tell.
@@ -176,13 +176,13 @@ def _measured(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
     )
 
 
-def _attempt(p: Payload) -> int:
+def _attempt(p: StoredPayload) -> int:
     # Messages from before attempts were counted are the first attempt.
     value = number(p, "attempt")
     return int(value) if value is not None and value >= 1 else 1
 
 
-def _completed(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+def _completed(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
     result = p.get("result")
     if row.status == "completed" or not isinstance(result, Mapping):
         # The first completion stands: what the user and the experiment saw does not change.
@@ -190,7 +190,7 @@ def _completed(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
     return dict(result=dict(result), status=_advance(row, "completed"))
 
 
-def _failed(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
+def _failed(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
     stage = text(p, "stage") or "unknown"
     reason = text(p, "reason") or ""
     # The first failure is the cause; later ones (e.g. a timeout after a crash) are echoes.
@@ -200,7 +200,7 @@ def _failed(row: EvaluationView, event: StoredEvent, p: Payload) -> Changes:
     )
 
 
-_EvaluationHandler = Callable[[EvaluationView, StoredEvent, Payload], Changes]
+_EvaluationHandler = Callable[[EvaluationView, StoredEvent, StoredPayload], Changes]
 _EVALUATION_HANDLERS: dict[str, _EvaluationHandler] = {
     "evaluation.requested": _requested,
     "evaluation.scheduled": _scheduled,
@@ -255,7 +255,7 @@ def _seen(row: AgentView, event: StoredEvent) -> datetime:
     return event.occurred_at if row.last_seen is None else max(row.last_seen, event.occurred_at)
 
 
-def _online(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Changes:
+def _online(row: AgentView, event: StoredEvent, p: StoredPayload, late: bool) -> Changes:
     capabilities = p.get("capabilities")
     announced = {
         "host": text(p, "host"),
@@ -275,7 +275,7 @@ def _online(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Chang
     return {**said, "status": "online", "last_seen": _seen(row, event)}
 
 
-def _heartbeat(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Changes:
+def _heartbeat(row: AgentView, event: StoredEvent, p: StoredPayload, late: bool) -> Changes:
     # Heartbeats repeat who the agent is: that fills what a missed announcement left unknown.
     identity = {
         name: value
@@ -293,13 +293,13 @@ def _heartbeat(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Ch
     }
 
 
-def _offline(row: AgentView, event: StoredEvent, p: Payload, late: bool) -> Changes:
+def _offline(row: AgentView, event: StoredEvent, p: StoredPayload, late: bool) -> Changes:
     # Not a sign of life (it may come from the scheduler noticing missed heartbeats), so
     # last_seen stays; a late one changes nothing.
     return {} if late else {"status": "offline", "busy": False}
 
 
-_AgentHandler = Callable[[AgentView, StoredEvent, Payload, bool], Changes]
+_AgentHandler = Callable[[AgentView, StoredEvent, StoredPayload, bool], Changes]
 _AGENT_HANDLERS: dict[str, _AgentHandler] = {
     "agent.online": _online,
     "agent.heartbeat": _heartbeat,

@@ -178,9 +178,20 @@ class EventStore:
         return None if row is None else EvaluationView(**row)
 
     async def list_evaluations(
-        self, *, limit: int = 50, offset: int = 0, status: str | None = None
+        self,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        status: str | None = None,
+        model: str | None = None,
+        framework: str | None = None,
+        hardware: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[EvaluationView]:
-        """Evaluations, most recently requested first; only those in ``status`` if given."""
+        """Evaluations, most recently requested first; only those in ``status``, of
+        ``model``, ``framework`` and ``hardware``, requested in [``since``, ``until``), for
+        those given."""
         if status is not None and status not in EVALUATION_STATUSES:
             raise ValueError(f"unknown status {status!r}; one of {', '.join(EVALUATION_STATUSES)}")
         if limit < 0 or offset < 0:
@@ -191,8 +202,18 @@ class EventStore:
             .limit(limit)
             .offset(offset)
         )
-        if status is not None:
-            query = query.where(_evaluations.c.status == status)
+        for column, value in (
+            (_evaluations.c.status, status),
+            (_evaluations.c.model, model),
+            (_evaluations.c.framework, framework),
+            (_evaluations.c.hardware, hardware),
+        ):
+            if value is not None:
+                query = query.where(column == value)
+        if since is not None:
+            query = query.where(_evaluations.c.requested_at >= since)
+        if until is not None:
+            query = query.where(_evaluations.c.requested_at < until)
         with self._errors():
             async with self._engine.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
@@ -219,9 +240,15 @@ class EventStore:
         return None if row is None else ExperimentView(**row)
 
     async def list_experiments(
-        self, *, limit: int = 50, offset: int = 0, status: str | None = None
+        self,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        status: str | None = None,
+        model: str | None = None,
     ) -> list[ExperimentView]:
-        """Experiments, most recently requested first; only those in ``status`` if given."""
+        """Experiments, most recently requested first; only those in ``status`` and of the
+        reference ``model``, if given."""
         if status is not None and status not in EXPERIMENT_STATUSES:
             raise ValueError(f"unknown status {status!r}; one of {', '.join(EXPERIMENT_STATUSES)}")
         if limit < 0 or offset < 0:
@@ -234,6 +261,8 @@ class EventStore:
         )
         if status is not None:
             query = query.where(_experiments.c.status == status)
+        if model is not None:
+            query = query.where(_experiments.c.model == model)
         with self._errors():
             async with self._engine.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
@@ -245,6 +274,23 @@ class EventStore:
             async with self._engine.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
         return [AgentView(**row) for row in rows]
+
+    async def jobs_by_agent(self) -> dict[str, dict[str, int]]:
+        """How many evaluations each agent holds, by status: ``running`` (running there now),
+        ``completed`` and ``failed`` (run there: the latest attempt's agent), ``scheduled``
+        (pinned to it, not started yet)."""
+        query = (
+            select(_evaluations.c.agent_id, _evaluations.c.status, func.count())
+            .where(_evaluations.c.agent_id.is_not(None))
+            .group_by(_evaluations.c.agent_id, _evaluations.c.status)
+        )
+        with self._errors():
+            async with self._engine.connect() as connection:
+                rows = (await connection.execute(query)).all()
+        counts: dict[str, dict[str, int]] = {}
+        for agent_id, status, count in rows:
+            counts.setdefault(agent_id, {})[status] = int(count)
+        return counts
 
     async def list_artifacts(
         self,
@@ -338,7 +384,7 @@ class EventStore:
                     f"the event store at {self._where} has no tables yet: run the migrations "
                     "(shared.eventstore.migrate.upgrade) first"
                 ) from exc
-            if _is_unavailable(exc):
+            if is_unavailable(exc):
                 raise self._unavailable(exc) from exc
             raise
         except (OSError, sa_exc.TimeoutError) as exc:
@@ -469,7 +515,7 @@ def _from_row(row: Mapping[Any, Any]) -> StoredEvent:
 _UNAVAILABLE_SQLSTATES = ("08", "28", "3D", "53", "57P")
 
 
-def _is_unavailable(exc: sa_exc.DBAPIError) -> bool:
+def is_unavailable(exc: sa_exc.DBAPIError) -> bool:
     if exc.connection_invalidated:
         return True
     # SQLite's OperationalError is "database is locked", "unable to open database file", …

@@ -21,7 +21,7 @@ from shared.measurement.scenarios import (
     BatchSweep,
     MultiStream,
     Offline,
-    Scenario,
+    ScenarioPlan,
     Server,
     SingleStream,
     check_sample_count,
@@ -44,7 +44,11 @@ _LOOP_METHOD = "timed loop wall time minus the timed pairs, per query"
 
 
 def run_scenario(
-    scenario: Scenario, run_query: RunQuery, *, sample_count: int = 1, load_ns: int | None = None
+    scenario: ScenarioPlan,
+    run_query: RunQuery,
+    *,
+    sample_count: int = 1,
+    load_ns: int | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` against ``run_query`` over a dataset of ``sample_count`` samples.
     ``load_ns`` is the model's load time as the caller measured it, kept with the result."""

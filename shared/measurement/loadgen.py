@@ -22,15 +22,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import mlperf_loadgen as lg
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.errors import ConfigurationError
 from shared.measurement.queries import RunQuery, SampleOrder, timed
 from shared.measurement.scenarios import (
     BatchSweep,
     MultiStream,
     Offline,
-    Scenario,
+    ScenarioPlan,
     Server,
     SingleStream,
     check_sample_count,
@@ -60,7 +60,7 @@ class LoadgenPhase(BaseModel):
 class LoadgenResult(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    scenario: Scenario
+    scenario: ScenarioPlan
     sample_count: int
     load_ns: int | None = None
     phases: tuple[LoadgenPhase, ...]
@@ -71,7 +71,7 @@ class LoadgenResult(BaseModel):
 
 
 def run_loadgen(
-    scenario: Scenario,
+    scenario: ScenarioPlan,
     run_query: RunQuery,
     *,
     output_dir: Path,
@@ -95,13 +95,27 @@ def run_loadgen(
     )
 
 
+def _loadgen() -> Any:
+    """LoadGen itself, imported when a run uses it: it is an extra (``dlscope[loadgen]``), and
+    the wire contracts import this module, on every host, for ``LoadgenResult``."""
+    try:
+        import mlperf_loadgen
+    except ImportError as exc:
+        raise ConfigurationError(
+            "--driver loadgen needs MLCommons LoadGen, which is not installed here: "
+            "pip install 'dlscope[loadgen]'"
+        ) from exc
+    return mlperf_loadgen
+
+
 def _run_phase(
-    scenario: Scenario,
+    scenario: ScenarioPlan,
     run_query: RunQuery,
     sample_count: int,
     output_dir: Path,
     samples_per_query: int,
 ) -> LoadgenPhase:
+    lg = _loadgen()
     timed_query = timed(run_query, SampleOrder(sample_count, samples_per_query, scenario.seed).next)
     first_ns = timed_query()
     warmup = warm_up(timed_query, scenario.warmup)
@@ -142,7 +156,8 @@ def _run_phase(
     )
 
 
-def _settings(scenario: Scenario, sample_count: int, query_ns: int) -> Any:
+def _settings(scenario: ScenarioPlan, sample_count: int, query_ns: int) -> Any:
+    lg = _loadgen()
     settings = lg.TestSettings()
     settings.mode = lg.TestMode.PerformanceOnly
     settings.min_duration_ms = int(scenario.min_duration_s * 1000)
@@ -198,12 +213,13 @@ class _Worker:
     def __init__(
         self,
         run_query: RunQuery,
-        scenario: Scenario,
+        scenario: ScenarioPlan,
         expand: Callable[[int], list[int]] | None,
     ) -> None:
         self._run = run_query
         self._scenario = scenario
         self._expand = expand
+        self._lg = _loadgen()
         self._pending: queue.SimpleQueue[list[Any] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name="dlscope-loadgen-sut")
         self._failure: BaseException | None = None
@@ -243,8 +259,8 @@ class _Worker:
                     self._run_group(group)
                 except BaseException as exc:  # re-raised on the caller's thread
                     self._failure = exc
-            responses = [lg.QuerySampleResponse(s.id, 0, 0) for s in group]
-            lg.QuerySamplesComplete(responses)
+            responses = [self._lg.QuerySampleResponse(s.id, 0, 0) for s in group]
+            self._lg.QuerySamplesComplete(responses)
 
     def _groups(self, samples: list[Any]) -> list[list[Any]]:
         """The framework calls one issue makes: a multi-stream query at once, an offline

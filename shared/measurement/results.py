@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.measurement.overhead import HarnessOverhead
-from shared.measurement.scenarios import Offline, Scenario, Server
+from shared.measurement.scenarios import Offline, ScenarioPlan, Server
 from shared.measurement.statistics import LatencyStatistics, summarize_latencies
 from shared.measurement.warmup import WarmupReport
 
@@ -42,7 +42,7 @@ class TimedPhase(BaseModel):
 class ScenarioResult(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    scenario: Scenario
+    scenario: ScenarioPlan
     sample_count: int = Field(ge=1, description="distinct samples the queries drew from")
     load_ns: int | None = Field(default=None, description="model load time, as the caller timed it")
     phases: tuple[TimedPhase, ...] = Field(min_length=1)

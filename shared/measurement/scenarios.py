@@ -33,7 +33,7 @@ __all__ = [
     "BatchSweep",
     "MultiStream",
     "Offline",
-    "Scenario",
+    "ScenarioPlan",
     "Server",
     "SingleStream",
     "WarmupSettings",
@@ -178,12 +178,12 @@ class BatchSweep(_Timed):
         return self
 
 
-Scenario = Annotated[
+ScenarioPlan = Annotated[
     SingleStream | MultiStream | Server | Offline | BatchSweep, Field(discriminator="name")
 ]
 
 
-def check_sample_count(scenario: Scenario, sample_count: int) -> None:
+def check_sample_count(scenario: ScenarioPlan, sample_count: int) -> None:
     """Refuse a scenario the dataset cannot feed: a multi-stream query draws distinct samples,
     so it cannot ask for more than the dataset holds."""
     if sample_count < 1:

@@ -19,6 +19,12 @@ def agent_stream(agent_id: str) -> str:
     return f"agent-{agent_id}"
 
 
+# The capability an agent announces when it can run no job (its framework or device is
+# absent there): why, with what to install. The scheduler routes nothing to it, and names it
+# when it says why no worker can run a request.
+UNAVAILABLE = "unavailable"
+
+
 class AgentOnline(Payload):
     TYPE = "agent.online"
 

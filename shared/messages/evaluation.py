@@ -24,7 +24,9 @@ from shared.measurement import LatencyStatistics, ScenarioResult, Verdict
 from shared.measurement.loadgen import LoadgenResult
 from shared.messages.envelope import Envelope, Payload
 from shared.messages.fingerprint import OutputFingerprint
+from shared.messages.profiling import LayerTiming, LevelOutcome
 from shared.messages.scenario import Scenario
+from shared.messages.tracing import DEFAULT_TRACE_LEVEL, DEFAULT_TRACE_QUERIES, TraceLevel
 
 __all__ = [
     "FRAMEWORKS",
@@ -40,7 +42,6 @@ __all__ = [
     "Framework",
     "Hardware",
     "LatencySummary",
-    "LayerTiming",
     "RunEvaluation",
     "Scenario",
     "attempt_key",
@@ -83,6 +84,14 @@ class EvaluationRequested(Payload):
     experiment_id: uuid.UUID | None = Field(
         default=None, description="the experiment this evaluation is a member of"
     )
+    trace_level: TraceLevel = Field(
+        default=DEFAULT_TRACE_LEVEL,
+        description="how deep to trace: none, application, model, framework, library, "
+        "hardware or full (deeper levels run as separate passes after the timed one)",
+    )
+    trace_queries: int = Field(
+        default=DEFAULT_TRACE_QUERIES, ge=1, le=100, description="queries each traced pass runs"
+    )
 
 
 class EvaluationScheduled(Payload):
@@ -112,6 +121,8 @@ class RunEvaluation(Payload):
     dataset: DatasetManifest | None = None
     split: str | None = None
     experiment_id: uuid.UUID | None = None
+    trace_level: TraceLevel = DEFAULT_TRACE_LEVEL
+    trace_queries: int = Field(default=DEFAULT_TRACE_QUERIES, ge=1, le=100)
 
 
 def attempt_key(attempt: int) -> str | None:
@@ -154,7 +165,14 @@ class EvaluationMeasured(Payload):
         "cpu_governor, load_average, cpu_threads, heavy_processes",
     )
     layers: list[LayerTiming] | None = Field(
-        default=None, description="per-layer device timings of one query, where measured"
+        default=None,
+        description="one query's layers, from the deepest profiled pass (framework level or "
+        "deeper; the layer summary of every pass is in evaluation.profiled)",
+    )
+    trace_level: TraceLevel = DEFAULT_TRACE_LEVEL
+    tracing: list[LevelOutcome] = Field(
+        default_factory=list,
+        description="each trace level asked for: captured or why not, and its overhead",
     )
     accuracy: AccuracyMeasurement | None = None
     fingerprint: OutputFingerprint | None = Field(
@@ -168,27 +186,6 @@ class EvaluationMeasured(Payload):
         if (self.run is None) == (self.loadgen is None):
             raise ValueError("a measurement carries exactly one of run (native) or loadgen")
         return self
-
-
-class LayerTiming(BaseModel):
-    """One layer's kernel time on the device, from its profiling events (OpenCL)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    node: str = Field(description="the ONNX node's name")
-    op_type: str
-    fused: list[str] = Field(default_factory=list, description="nodes fused into this one")
-    input_shapes: list[list[int]] = Field(default_factory=list)
-    output_shapes: list[list[int]] = Field(default_factory=list)
-    kernels: int = Field(default=1, ge=0, description="kernel launches the layer took")
-    queued_ns: int
-    submit_ns: int
-    start_ns: int
-    end_ns: int
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
 
 
 class AccuracyMeasurement(BaseModel):
@@ -238,6 +235,11 @@ class LatencySummary(BaseModel):
         default=None, description="LoadGen's summary per phase, and where its logs are"
     )
     layers: list[LayerTiming] | None = None
+    trace_level: TraceLevel = DEFAULT_TRACE_LEVEL
+    tracing: list[LevelOutcome] = Field(
+        default_factory=list,
+        description="each trace level asked for: captured or why not, and what it cost",
+    )
 
 
 class EvaluationCompleted(Payload):

@@ -74,9 +74,15 @@ class ParityTolerance(_Frozen):
     (its scale), so logits in the thousands are held to the same number of significant digits.
     """
 
-    atol: float = Field(default=1e-4, ge=0, description="allowed |difference| per unit of scale")
+    atol: float = Field(
+        strict=True, default=1e-4, ge=0, description="allowed |difference| per unit of scale"
+    )
     min_top1_agreement: float = Field(
-        default=1.0, ge=0, le=1, description="fraction of samples whose top-1 must agree"
+        strict=True,
+        default=1.0,
+        ge=0,
+        le=1,
+        description="fraction of samples whose top-1 must agree",
     )
 
 

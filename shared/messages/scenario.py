@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from shared import measurement
 
@@ -43,30 +43,47 @@ class Scenario(BaseModel):
         description="native: dlscope's drivers; loadgen: MLCommons LoadGen, which writes "
         "mlperf_log_summary.txt and mlperf_log_detail.txt next to the result",
     )
+    # The numbers are strict: JSON's true, false or "5" is refused, not read as 1, 0 or 5.
     iterations: int = Field(
+        strict=True,
         default=1024,
         ge=1,
         le=100_000_000,
         description="at least this many timed queries (offline: samples)",
     )
-    min_duration_s: float = Field(default=1.0, ge=0, description="timed phase lasts at least")
+    min_duration_s: float = Field(
+        strict=True, default=1.0, ge=0, description="timed phase lasts at least"
+    )
     max_duration_s: float = Field(
-        default=60.0, gt=0, description="the timed phase stops here, minimums met or not"
+        strict=True,
+        default=60.0,
+        gt=0,
+        description="the timed phase stops here, minimums met or not",
     )
     warmup: int = Field(
+        strict=True,
         default=32,
         ge=0,
         le=100_000,
         description="queries per warm-up window; warm-up runs until two windows' medians "
         "agree (steady state); 0: no warm-up",
     )
-    batch_size: int = Field(default=1, ge=1, le=65_536, description="samples per query")
-    samples_per_query: int = Field(default=8, ge=1, le=65_536, description="multi-stream")
-    target_qps: float = Field(default=500.0, description="server: mean arrival rate")
-    latency_bound_ms: float = Field(default=10.0, description="server: the p99 bound")
-    batch_sizes: tuple[int, ...] = Field(default=(1, 2, 4, 8, 16, 32), description="batch-sweep")
-    seed: int = Field(default=0, ge=0, description="seeds the inputs, sample order, arrivals")
+    batch_size: int = Field(
+        strict=True, default=1, ge=1, le=65_536, description="samples per query"
+    )
+    samples_per_query: int = Field(
+        strict=True, default=8, ge=1, le=65_536, description="multi-stream"
+    )
+    target_qps: float = Field(strict=True, default=500.0, description="server: mean arrival rate")
+    latency_bound_ms: float = Field(strict=True, default=10.0, description="server: the p99 bound")
+    batch_sizes: tuple[StrictInt, ...] = Field(
+        default=(1, 2, 4, 8, 16, 32), description="batch-sweep"
+    )
+    seed: int = Field(
+        strict=True, default=0, ge=0, description="seeds the inputs, sample order, arrivals"
+    )
     adaptive_half_width: float | None = Field(
+        strict=True,
         default=None,
         gt=0,
         lt=1,
@@ -98,7 +115,7 @@ class Scenario(BaseModel):
             return self.batch_sizes[0]
         return 1 if self.name == "server" else self.batch_size
 
-    def measurement(self) -> measurement.Scenario:
+    def measurement(self) -> measurement.ScenarioPlan:
         """The typed scenario the drivers run."""
         warmup = (
             measurement.WarmupSettings(max_windows=0)

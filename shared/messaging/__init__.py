@@ -7,7 +7,7 @@ from shared.messaging.broker import (
     Delivery,
     Outcome,
     OutgoingMessage,
-    Verdict,
+    Settlement,
 )
 from shared.messaging.bus import Bus, Handler, current_delivery, paused_consumers
 from shared.messaging.connect import create_broker
@@ -24,7 +24,7 @@ __all__ = [
     "MemoryBroker",
     "Outcome",
     "OutgoingMessage",
-    "Verdict",
+    "Settlement",
     "create_broker",
     "current_delivery",
     "paused_consumers",

@@ -42,6 +42,7 @@ from yarl import URL
 from shared.errors import BrokerUnavailable, ConfigurationError
 from shared.messaging.broker import (
     ATTEMPT_HEADER,
+    DEAD_LETTERED_FROM_HEADER,
     ORIGIN_EXCHANGE_HEADER,
     ORIGIN_ROUTING_KEY_HEADER,
     REASON_HEADER,
@@ -50,7 +51,7 @@ from shared.messaging.broker import (
     Delivery,
     Outcome,
     OutgoingMessage,
-    Verdict,
+    Settlement,
 )
 
 __all__ = ["AmqpBroker"]
@@ -277,7 +278,7 @@ class AmqpBroker:
                     log.exception(
                         "consumer of %r failed; retrying the message", subscription.queue.name
                     )
-                    verdict = Verdict(Outcome.RETRY, f"{type(exc).__name__}: {exc}")
+                    verdict = Settlement(Outcome.RETRY, f"{type(exc).__name__}: {exc}")
                 await self._settle(
                     subscription.queue.name, message, delivery, verdict, dead_letter_exchange
                 )
@@ -301,7 +302,7 @@ class AmqpBroker:
         queue: str,
         message: AbstractIncomingMessage,
         delivery: Delivery,
-        verdict: Verdict,
+        verdict: Settlement,
         dead_letter_exchange: str,
     ) -> None:
         # The copy is confirmed before the original is acked: a crash in between duplicates
@@ -318,6 +319,7 @@ class AmqpBroker:
             await self._send("", queue, _message(message, headers))
         elif verdict.outcome is Outcome.DEAD_LETTER and dead_letter_exchange:
             headers[REASON_HEADER] = verdict.reason
+            headers[DEAD_LETTERED_FROM_HEADER] = queue
             await self._send(dead_letter_exchange, delivery.routing_key, _message(message, headers))
         await message.ack()
 

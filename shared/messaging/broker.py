@@ -9,7 +9,7 @@ What every adapter guarantees:
   a message no queue is bound for is dropped, as RabbitMQ does without ``mandatory``.
 - Topic exchanges: ``*`` matches exactly one word, ``#`` zero or more words.
 - Deliveries reach the consumer concurrently, at most ``prefetch`` unsettled at a time, and
-  are *started* in delivery order; the consumer's ``Verdict`` settles each one:
+  are *started* in delivery order; the consumer's ``Settlement`` settles each one:
   ACK removes it; RETRY puts it back at the tail with ``attempt + 1``; DEAD_LETTER publishes
   it to the dead-letter exchange under its original routing key with the reason in the
   ``x-dlscope-reason`` header, then removes it; REQUEUE hands it back unsettled, as a
@@ -35,6 +35,7 @@ from typing import Protocol
 
 __all__ = [
     "ATTEMPT_HEADER",
+    "DEAD_LETTERED_FROM_HEADER",
     "REASON_HEADER",
     "STREAM_HEADER",
     "Binding",
@@ -43,12 +44,15 @@ __all__ = [
     "Delivery",
     "Outcome",
     "OutgoingMessage",
+    "Settlement",
     "Subscription",
-    "Verdict",
 ]
 
 ATTEMPT_HEADER = "x-dlscope-attempt"
 REASON_HEADER = "x-dlscope-reason"
+# The queue whose consumer dead-lettered a message: a replay goes back there alone, not to
+# every queue its routing key reaches (those that handled it would get it twice).
+DEAD_LETTERED_FROM_HEADER = "x-dlscope-queue"
 # The stream an event belongs to, set by the bus on every message: partitions hash on it.
 STREAM_HEADER = "x-dlscope-stream"
 # Where a retried message was first published, so its routing key survives the retry.
@@ -65,7 +69,9 @@ class Outcome(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Settlement:
+    """How a consumer settles one delivery: its outcome, and why."""
+
     outcome: Outcome
     reason: str = ""
 
@@ -105,7 +111,7 @@ class Binding:
     pattern: str
 
 
-Consumer = Callable[[Delivery], Awaitable[Verdict]]
+Consumer = Callable[[Delivery], Awaitable[Settlement]]
 
 
 class Subscription(Protocol):

@@ -24,8 +24,8 @@ from shared.messaging.broker import (
     Delivery,
     Outcome,
     OutgoingMessage,
+    Settlement,
     Subscription,
-    Verdict,
 )
 from shared.messaging.pause import Backoff, Pause
 from shared.messaging.policy import verdict_for
@@ -184,7 +184,7 @@ class Bus:
         pause = Pause(queue or f"{self.service}.exclusive", backoff=self._backoff())
         self._pauses.append(pause)
 
-        async def consume(delivery: Delivery) -> Verdict:
+        async def consume(delivery: Delivery) -> Settlement:
             if count_redeliveries and delivery.redelivered:
                 return await self._interrupted(delivery, on_dead_letter)
             return await self._dispatch(delivery, handler, on_dead_letter, pause)
@@ -228,27 +228,27 @@ class Bus:
                 self._reply_queue = await self.broker.declare_reply_queue(self._on_reply)
             return self._reply_queue
 
-    async def _on_reply(self, delivery: Delivery) -> Verdict:
+    async def _on_reply(self, delivery: Delivery) -> Settlement:
         try:
             envelope = decode(delivery.body)
         except InvalidMessage as exc:
             log.warning("dropping an unreadable reply: %s", exc)
-            return Verdict(Outcome.ACK)
+            return Settlement(Outcome.ACK)
         future = self._pending.get(str(envelope.causation_id))
         if future is not None and not future.done():
             future.set_result(envelope)
-        return Verdict(Outcome.ACK)
+        return Settlement(Outcome.ACK)
 
     async def _interrupted(
         self, delivery: Delivery, on_dead_letter: DeadLetterHook | None
-    ) -> Verdict:
+    ) -> Settlement:
         reason = (
             f"attempt {delivery.attempt} was interrupted: whoever was handling it went away "
             "without finishing (killed, or cut off from the broker)"
         )
         if delivery.attempt < self._max_attempts:
             log.warning("%s: %s; trying again", self.service, reason)
-            return Verdict(Outcome.RETRY, reason)
+            return Settlement(Outcome.RETRY, reason)
         reason = (
             f"every one of its {delivery.attempt} attempts was interrupted: each worker that "
             "took it went away without finishing (killed, or cut off from the broker)"
@@ -258,7 +258,7 @@ class Bus:
                 await on_dead_letter(decode(delivery.body), reason)
             except Exception as exc:  # unreadable, or the hook failed: the DLQ keeps it
                 log.warning("%s: recording a dead letter failed: %s", self.service, exc)
-        return Verdict(Outcome.DEAD_LETTER, reason)
+        return Settlement(Outcome.DEAD_LETTER, reason)
 
     async def _dispatch(
         self,
@@ -266,7 +266,7 @@ class Bus:
         handler: Handler,
         on_dead_letter: DeadLetterHook | None,
         pause: Pause,
-    ) -> Verdict:
+    ) -> Settlement:
         _delivery.set(delivery)  # this delivery's task has its own context
         try:
             envelope = decode(delivery.body)
@@ -278,7 +278,7 @@ class Bus:
         ticket = pause.ticket()
         try:
             if pause.blocking and not await pause.hold(ticket, timeout=pause.max_hold):
-                return Verdict(Outcome.REQUEUE, f"held {pause.max_hold:g} s: {pause.reason}")
+                return Settlement(Outcome.REQUEUE, f"held {pause.max_hold:g} s: {pause.reason}")
             while True:
                 verdict = await self._handle(delivery, envelope, handler)
                 if verdict.outcome is not Outcome.REQUEUE:
@@ -315,7 +315,7 @@ class Bus:
             )
         return verdict
 
-    async def _handle(self, delivery: Delivery, envelope: Envelope, handler: Handler) -> Verdict:
+    async def _handle(self, delivery: Delivery, envelope: Envelope, handler: Handler) -> Settlement:
         """Run ``handler`` once, in a CONSUMER span continuing the publisher's trace."""
         context = parent_context(
             delivery.headers,

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field, replace
 from shared.errors import ConfigurationError
 from shared.messaging.broker import (
     ATTEMPT_HEADER,
+    DEAD_LETTERED_FROM_HEADER,
     REASON_HEADER,
     Binding,
     Consumer,
     Delivery,
     Outcome,
     OutgoingMessage,
-    Verdict,
+    Settlement,
 )
 from shared.messaging.topics import topic_matches
 
@@ -278,7 +279,7 @@ class MemoryBroker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a consumer must return a verdict; treat a crash as transient
-            await self._settle(queue, delivery, Verdict(Outcome.RETRY, repr(exc)))
+            await self._settle(queue, delivery, Settlement(Outcome.RETRY, repr(exc)))
             settled = True
         finally:
             if not settled:  # cancelled mid-delivery: back to its place, as RabbitMQ requeues
@@ -288,7 +289,7 @@ class MemoryBroker:
             if self._quiet():
                 self._idle.set()
 
-    async def _settle(self, queue: _Queue, delivery: Delivery, verdict: Verdict) -> None:
+    async def _settle(self, queue: _Queue, delivery: Delivery, verdict: Settlement) -> None:
         if verdict.outcome is Outcome.RETRY:
             headers = {**delivery.headers, ATTEMPT_HEADER: str(delivery.attempt + 1)}
             await self._enqueue(
@@ -296,7 +297,11 @@ class MemoryBroker:
                 replace(delivery, headers=headers, attempt=delivery.attempt + 1, redelivered=False),
             )
         elif verdict.outcome is Outcome.DEAD_LETTER and queue.dead_letter_exchange:
-            headers = {**delivery.headers, REASON_HEADER: verdict.reason}
+            headers = {
+                **delivery.headers,
+                REASON_HEADER: verdict.reason,
+                DEAD_LETTERED_FROM_HEADER: queue.name,
+            }
             await self.publish(
                 queue.dead_letter_exchange,
                 delivery.routing_key,

@@ -19,8 +19,12 @@ import itertools
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
-__all__ = ["Backoff", "Pause"]
+__all__ = ["Backoff", "Pause", "when_available"]
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,30 @@ class Backoff:
         wait = self._current * random.uniform(0.5, 1.0)
         self._current = min(self._current * 2, self.cap)
         return wait
+
+
+async def when_available(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    unavailable: type[Exception] | tuple[type[Exception], ...],
+    what: str,
+    patience_s: float | None = None,
+    cap: float = 30.0,
+) -> T:
+    """``attempt()``, tried again after a capped, jittered backoff for as long as it raises
+    ``unavailable`` (a dependency that is down: it is waited out, not turned into a failure);
+    for ``patience_s`` at most, then its last error is raised; forever when None."""
+    backoff = Backoff(initial=0.5, cap=cap)
+    deadline = None if patience_s is None else time.monotonic() + patience_s
+    while True:
+        try:
+            return await attempt()
+        except unavailable as exc:
+            if deadline is not None and time.monotonic() > deadline:
+                raise
+            wait = backoff.next()
+            log.warning("%s: %s; trying again in %.1f s", what, exc, wait)
+            await asyncio.sleep(wait)
 
 
 class Pause:

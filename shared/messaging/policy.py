@@ -13,19 +13,19 @@ anything else failed on the last attempt -> DEAD_LETTER, with the error as the r
 from __future__ import annotations
 
 from shared.errors import InvalidMessage, TransientError
-from shared.messaging.broker import Outcome, Verdict
+from shared.messaging.broker import Outcome, Settlement
 
 __all__ = ["verdict_for"]
 
 
-def verdict_for(error: BaseException | None, *, attempt: int, max_attempts: int) -> Verdict:
+def verdict_for(error: BaseException | None, *, attempt: int, max_attempts: int) -> Settlement:
     if error is None:
-        return Verdict(Outcome.ACK)
+        return Settlement(Outcome.ACK)
     reason = f"{type(error).__name__}: {error}"
     if isinstance(error, InvalidMessage):
-        return Verdict(Outcome.DEAD_LETTER, reason)
+        return Settlement(Outcome.DEAD_LETTER, reason)
     if isinstance(error, TransientError):
-        return Verdict(Outcome.REQUEUE, reason)
+        return Settlement(Outcome.REQUEUE, reason)
     if attempt < max_attempts:
-        return Verdict(Outcome.RETRY, reason)
-    return Verdict(Outcome.DEAD_LETTER, f"failed {attempt} times; last error: {reason}")
+        return Settlement(Outcome.RETRY, reason)
+    return Settlement(Outcome.DEAD_LETTER, f"failed {attempt} times; last error: {reason}")

@@ -31,6 +31,7 @@ from shared.errors import (
 from shared.messages import Envelope, Topology
 from shared.messaging.amqp import AmqpBroker
 from shared.messaging.broker import (
+    DEAD_LETTERED_FROM_HEADER,
     REASON_HEADER,
     STREAM_HEADER,
     Binding,
@@ -39,8 +40,8 @@ from shared.messaging.broker import (
     Delivery,
     Outcome,
     OutgoingMessage,
+    Settlement,
     Subscription,
-    Verdict,
 )
 from shared.messaging.bus import Bus, current_delivery, paused_consumers
 from shared.messaging.memory import MemoryBroker
@@ -53,7 +54,7 @@ ADAPTERS = [
     pytest.param("rabbitmq", id="rabbitmq", marks=pytest.mark.rabbitmq),
 ]
 
-ACK = Verdict(Outcome.ACK)
+ACK = Settlement(Outcome.ACK)
 
 
 class Recorder:
@@ -63,7 +64,7 @@ class Recorder:
         self.deliveries: list[Delivery] = []
         self._arrived: asyncio.Queue[Delivery] = asyncio.Queue()
 
-    async def __call__(self, delivery: Delivery) -> Verdict:
+    async def __call__(self, delivery: Delivery) -> Settlement:
         self.deliveries.append(delivery)
         self._arrived.put_nowait(delivery)
         return ACK
@@ -88,7 +89,7 @@ class Holder:
         self.tasks: defaultdict[bytes, list[asyncio.Task[object]]] = defaultdict(list)
         self._arrived: asyncio.Queue[bytes] = asyncio.Queue()
 
-    async def __call__(self, delivery: Delivery) -> Verdict:
+    async def __call__(self, delivery: Delivery) -> Settlement:
         task = asyncio.current_task()
         assert task is not None
         self.count[delivery.body] += 1
@@ -362,7 +363,7 @@ class Partitions:
     async def consume(self) -> None:
         for queue in self.queues:
 
-            async def keep(delivery: Delivery, queue: str = queue) -> Verdict:
+            async def keep(delivery: Delivery, queue: str = queue) -> Settlement:
                 self.got[queue].append(delivery)
                 self._arrived.put_nowait(None)
                 return ACK
@@ -449,11 +450,11 @@ async def test_retry_requeues_at_the_tail_with_the_next_attempt_and_original_key
     seen: list[Delivery] = []
     arrived: asyncio.Queue[Delivery] = asyncio.Queue()
 
-    async def retry_first_once(delivery: Delivery) -> Verdict:
+    async def retry_first_once(delivery: Delivery) -> Settlement:
         seen.append(delivery)
         arrived.put_nowait(delivery)
         if delivery.body == b"first" and delivery.attempt == 1:
-            return Verdict(Outcome.RETRY, "not yet")
+            return Settlement(Outcome.RETRY, "not yet")
         return ACK
 
     queue = rig.queue("retry")
@@ -474,7 +475,7 @@ async def test_retry_requeues_at_the_tail_with_the_next_attempt_and_original_key
 async def test_a_consumer_that_raises_gets_the_message_again(rig: Rig) -> None:
     attempts: asyncio.Queue[int] = asyncio.Queue()
 
-    async def crash_once(delivery: Delivery) -> Verdict:
+    async def crash_once(delivery: Delivery) -> Settlement:
         attempts.put_nowait(delivery.attempt)
         if delivery.attempt == 1:
             raise RuntimeError("consumer bug")
@@ -486,11 +487,13 @@ async def test_a_consumer_that_raises_gets_the_message_again(rig: Rig) -> None:
     assert [await asyncio.wait_for(attempts.get(), WAIT) for _ in range(2)] == [1, 2]
 
 
-async def test_dead_letter_keeps_the_routing_key_and_records_the_reason(rig: Rig) -> None:
+async def test_dead_letter_keeps_the_routing_key_and_records_the_reason_and_queue(
+    rig: Rig,
+) -> None:
     dead = await rig.dead_letters()
 
-    async def reject(delivery: Delivery) -> Verdict:
-        return Verdict(Outcome.DEAD_LETTER, "poison pill")
+    async def reject(delivery: Delivery) -> Settlement:
+        return Settlement(Outcome.DEAD_LETTER, "poison pill")
 
     await rig.subscribe(rig.queue("poison"), ["job.#"], reject)
     await rig.publish("job.cpu.agent-1", b"bad", correlation_id="c-9")
@@ -499,6 +502,8 @@ async def test_dead_letter_keeps_the_routing_key_and_records_the_reason(rig: Rig
     assert letter.body == b"bad"
     assert (letter.exchange, letter.routing_key) == (rig.topology.dlx, "job.cpu.agent-1")
     assert letter.headers[REASON_HEADER] == "poison pill"
+    # The queue that refused it: a replay goes back there alone.
+    assert letter.headers[DEAD_LETTERED_FROM_HEADER] == rig.queue("poison")
     assert letter.correlation_id == "c-9"
 
 
@@ -509,7 +514,7 @@ async def test_prefetch_bounds_the_deliveries_being_handled_at_once(rig: Rig) ->
     finished: asyncio.Queue[Delivery] = asyncio.Queue()
     in_flight = peak = 0
 
-    async def slow(delivery: Delivery) -> Verdict:
+    async def slow(delivery: Delivery) -> Settlement:
         nonlocal in_flight, peak
         in_flight += 1
         peak = max(peak, in_flight)
@@ -540,7 +545,7 @@ async def test_cancelled_subscription_hands_its_unsettled_message_to_the_next_co
     queue = rig.queue("handover")
     got_it = asyncio.Event()
 
-    async def never_settles(delivery: Delivery) -> Verdict:
+    async def never_settles(delivery: Delivery) -> Settlement:
         got_it.set()
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
@@ -575,7 +580,7 @@ async def test_deliveries_settled_out_of_order_are_all_acknowledged(rig: Rig) ->
     tasks: list[asyncio.Task[object]] = []
     seen: list[int] = []
 
-    async def reverse_in_tens(delivery: Delivery) -> Verdict:
+    async def reverse_in_tens(delivery: Delivery) -> Settlement:
         task = asyncio.current_task()
         assert task is not None
         tasks.append(task)
@@ -619,7 +624,7 @@ async def test_request_reply_through_a_reply_queue(rig: Rig) -> None:
     replies = Recorder()
     reply_queue = await rig.broker.declare_reply_queue(replies)
 
-    async def answer(delivery: Delivery) -> Verdict:
+    async def answer(delivery: Delivery) -> Settlement:
         assert delivery.reply_to is not None
         await rig.broker.publish(
             "",
@@ -784,11 +789,11 @@ async def test_requeue_puts_a_message_back_in_its_place_unsettled_and_uncounted(
     seen: list[Delivery] = []
     arrived: asyncio.Queue[Delivery] = asyncio.Queue()
 
-    async def hand_back_once(delivery: Delivery) -> Verdict:
+    async def hand_back_once(delivery: Delivery) -> Settlement:
         seen.append(delivery)
         arrived.put_nowait(delivery)
         if delivery.body == b"first" and not delivery.redelivered:
-            return Verdict(Outcome.REQUEUE, "database down")
+            return Settlement(Outcome.REQUEUE, "database down")
         return ACK
 
     queue = rig.queue("requeue")
@@ -1135,13 +1140,13 @@ async def test_rabbitmq_a_message_that_cannot_be_settled_is_not_lost(
 
         calls = 0
 
-        async def reject(delivery: Delivery) -> Verdict:
+        async def reject(delivery: Delivery) -> Settlement:
             nonlocal calls
             calls += 1
             deliveries.put_nowait(delivery)
             if calls > 1:
                 await repaired.wait()
-            return Verdict(Outcome.DEAD_LETTER, "poison pill")
+            return Settlement(Outcome.DEAD_LETTER, "poison pill")
 
         queue = rig.queue("unsettled")
         await (await rig.subscribe(queue, ["job.#"], Recorder())).cancel()  # declares it

@@ -92,6 +92,10 @@ async def test_a_database_outage_costs_no_event(
         assert read.headers["Retry-After"]
         # Writes need only the broker: accepted, and recorded once the database is back.
         during = [await _submit(http) for _ in range(DURING_OUTAGE)]
+        # /readyz tells why
+        readiness = await http.get("/readyz")
+        assert readiness.status_code == 503
+        assert readiness.json()["checks"]["event_store"] is False
         await asyncio.sleep(OUTAGE_S)
         await asyncio.to_thread(postgres.start)
 

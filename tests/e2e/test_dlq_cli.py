@@ -203,3 +203,34 @@ async def test_db_check_finds_and_quarantines_what_the_contracts_refuse(tmp_path
     clean = dlscope(environment, "db", "check")
     assert clean.returncode == 0
     assert "all 1 stored events are admitted" in clean.stdout
+
+
+async def test_a_letter_goes_back_to_the_queue_that_refused_it_alone(
+    deployment: Deployment,
+) -> None:
+    # Given an event the recorder refused (the store was down) but the analyzer handled
+    event = failed(uuid.uuid4())
+    recorder = await deployment.channel.declare_queue(deployment.topology.queue("recorder"))
+    analyzer = await deployment.channel.declare_queue(exclusive=True)
+    await analyzer.bind(deployment.topology.events, "#")
+    await deployment.dead_letter(
+        "evaluation.failed",
+        encode(event),
+        "StoreUnavailable",
+        **{"x-dlscope-queue": recorder.name},
+    )
+    shown = dlscope(deployment.env, "dlq", "show", str(event.event_id))
+    assert f"replays to: queue '{recorder.name}', which refused it" in shown.stdout
+
+    # When it is replayed
+    replayed = dlscope(deployment.env, "dlq", "replay", str(event.event_id))
+    assert replayed.returncode == 0, replayed.stderr
+
+    # Then the recorder gets it again, and the analyzer, which had it, does not
+    async with asyncio.timeout(10):
+        while (message := await recorder.get(fail=False, no_ack=True)) is None:
+            await asyncio.sleep(0.05)
+    assert Envelope.model_validate_json(message.body).event_id == event.event_id
+    assert "x-dlscope-queue" not in message.headers
+    assert await analyzer.get(fail=False, no_ack=True) is None
+    assert await deployment.depth() == 0

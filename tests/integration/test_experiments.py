@@ -9,6 +9,7 @@ TorchScript, two exports of one model (same version, tensors and training data).
 from __future__ import annotations
 
 import hashlib
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -351,7 +352,8 @@ async def test_past_its_deadline_an_experiment_compares_what_finished(
         Envelope.wrap(
             AgentOnline(
                 agent_id="ghost",
-                host="gone",
+                # On this host: the model is a file here, out of reach of a worker elsewhere.
+                host=socket.gethostname(),
                 framework="tensorflow",
                 framework_version="2.21.0",
                 hardware="cpu",

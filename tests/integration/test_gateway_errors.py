@@ -4,7 +4,6 @@ PostgreSQL and RabbitMQ, which keep running for everyone else."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -13,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dlscope.relay import SeverableLink
 from services.gateway.service import GatewayService
 from shared.config import Settings
 from shared.eventstore.migrate import upgrade
@@ -21,49 +21,6 @@ from shared.runtime import Runtime
 from shared.telemetry import Telemetry
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.postgres]
-
-
-class Proxy:
-    """Forwards 127.0.0.1:<port> to a server until ``cut()``: then every connection is
-    closed and new ones are refused, as when the server is stopped."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._target = (host, port)
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self.port = 0
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def cut(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-        for writer in list(self._writers):
-            writer.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
-        self._writers |= {writer, upstream_writer}
-        try:
-            await asyncio.gather(
-                self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer)
-            )
-        finally:
-            for w in (writer, upstream_writer):
-                self._writers.discard(w)
-                w.close()
-
-    @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, OSError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        writer.close()
 
 
 def _through(url: str, port: int) -> str:
@@ -86,15 +43,17 @@ async def _gateway(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
-async def proxies(rabbitmq_url: str, postgres_url: str) -> AsyncIterator[tuple[Proxy, Proxy]]:
+async def proxies(
+    rabbitmq_url: str, postgres_url: str
+) -> AsyncIterator[tuple[SeverableLink, SeverableLink]]:
     assert ":5672/" in rabbitmq_url, "the proxy assumes RabbitMQ's port"
     assert ":5432/" in postgres_url, "the proxy assumes PostgreSQL's port"
-    broker, database = Proxy("127.0.0.1", 5672), Proxy("127.0.0.1", 5432)
-    await broker.start()
-    await database.start()
+    broker, database = SeverableLink("127.0.0.1", 5672), SeverableLink("127.0.0.1", 5432)
+    await broker.restore()
+    await database.restore()
     yield broker, database
-    await broker.cut()
-    await database.cut()
+    await broker.close()
+    await database.close()
 
 
 @pytest.fixture
@@ -103,7 +62,7 @@ async def gateway(
     namespace: str,
     rabbitmq_url: str,
     postgres_url: str,
-    proxies: tuple[Proxy, Proxy],
+    proxies: tuple[SeverableLink, SeverableLink],
 ) -> AsyncIterator[httpx.AsyncClient]:
     await upgrade(postgres_url)
     broker, database = proxies
@@ -118,10 +77,10 @@ async def gateway(
 
 
 async def test_a_read_during_a_database_outage_is_503_with_retry_after(
-    gateway: httpx.AsyncClient, proxies: tuple[Proxy, Proxy]
+    gateway: httpx.AsyncClient, proxies: tuple[SeverableLink, SeverableLink]
 ) -> None:
     assert (await gateway.get("/v1/evaluations")).status_code == 200
-    await proxies[1].cut()
+    await proxies[1].sever()
 
     response = await gateway.get("/v1/evaluations")
 
@@ -131,9 +90,9 @@ async def test_a_read_during_a_database_outage_is_503_with_retry_after(
 
 
 async def test_a_write_during_a_broker_outage_is_503_promptly(
-    gateway: httpx.AsyncClient, proxies: tuple[Proxy, Proxy]
+    gateway: httpx.AsyncClient, proxies: tuple[SeverableLink, SeverableLink]
 ) -> None:
-    await proxies[0].cut()
+    await proxies[0].sever()
     started = time.monotonic()
 
     response = await gateway.post(
@@ -162,3 +121,23 @@ async def test_a_bad_filter_or_page_is_422_naming_it(
     assert response.status_code == 422, response.text
     named = query.split("?")[1].split("=")[0]
     assert [named] == [e["loc"][-1] for e in response.json()["detail"]]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "field"),
+    [
+        ({"seed": False}, "seed"),
+        ({"iterations": "5"}, "iterations"),
+        ({"target_qps": True}, "target_qps"),
+    ],
+)
+async def test_a_number_written_as_a_boolean_or_a_string_is_422_naming_it(
+    gateway: httpx.AsyncClient, scenario: dict[str, object], field: str
+) -> None:
+    response = await gateway.post(
+        "/v1/evaluations",
+        json={"model": "squeezenet", "framework": "onnxruntime", "scenario": scenario},
+    )
+
+    assert response.status_code == 422, response.text
+    assert [["body", "scenario", field]] == [e["loc"] for e in response.json()["detail"]]

@@ -1,7 +1,8 @@
 """The OpenCL worker behind the services, as a user reaches it: resnet50 (an ONNX model of
-the zoo) evaluated on `--framework opencl` over RabbitMQ + PostgreSQL, with the device it ran
-on announced, one query's per-layer kernel times in the result, and the same layers as
-HARDWARE-level spans in the evaluation's trace."""
+the zoo) evaluated on `--framework opencl` at trace level `hardware` over RabbitMQ +
+PostgreSQL, with the device it ran on announced, one query's per-layer kernel times in the
+result, the same layers as framework-level spans and their kernel launches as hardware-level
+spans in the evaluation's trace."""
 
 from __future__ import annotations
 
@@ -70,6 +71,8 @@ async def test_resnet50_runs_on_the_emulated_fpga_with_per_layer_kernel_times(
             "framework": "opencl",
             "hardware": "fpga",
             "scenario": {"iterations": 3, "min_duration_s": 0, "warmup": 0},
+            "trace_level": "hardware",
+            "trace_queries": 1,
         },
     )
     assert response.status_code == 202, response.text
@@ -85,15 +88,28 @@ async def test_resnet50_runs_on_the_emulated_fpga_with_per_layer_kernel_times(
     assert {layer["op_type"] for layer in layers} >= {"Conv", "MaxPool", "Gemm"}
     assert all(layer["end_ns"] >= layer["start_ns"] >= layer["submit_ns"] for layer in layers)
 
-    # The same layers, as HARDWARE-level spans of the evaluation's one trace.
-    hardware = [
-        span
-        for span in spans.get_finished_spans()
-        if format(span.context.trace_id, "032x") == accepted["trace_id"]
-        and span.attributes
-        and span.attributes.get("dlscope.trace_level") == "HARDWARE"
-        and "onnx.node" in span.attributes
-    ]
-    assert sorted(span.attributes["onnx.node"] for span in hardware if span.attributes) == sorted(
+    # The same layers, as framework-level spans of the evaluation's one trace, and their
+    # kernels as hardware-level spans.
+    def spans_at(level: str) -> list[Any]:
+        return [
+            span
+            for span in spans.get_finished_spans()
+            if format(span.context.trace_id, "032x") == accepted["trace_id"]
+            and span.attributes
+            and span.attributes.get("dlscope.trace_level") == level
+            and "dlscope.layer.node" in span.attributes
+        ]
+
+    framework = spans_at("framework")
+    assert sorted(span.attributes["dlscope.layer.node"] for span in framework) == sorted(
         layer["node"] for layer in layers
     )
+    kernels = spans_at("hardware")
+    assert len(kernels) >= len(framework)
+    assert {span.attributes["dlscope.layer.node"] for span in kernels} == {
+        layer["node"] for layer in layers
+    }
+    levels = {outcome["level"]: outcome for outcome in evaluation["result"]["tracing"]}
+    assert levels["hardware"]["captured"]
+    assert levels["framework"]["captured"]
+    assert levels["library"]["reason"]

@@ -166,3 +166,36 @@ async def _check_log(url: str, envelopes: list[Envelope]) -> None:
     for envelope in envelopes:
         expected.setdefault(envelope.stream_id, []).append(envelope.type)
     assert by_stream == expected
+
+
+async def test_a_recorder_started_while_the_database_is_down_waits_for_it(
+    runtime: Runtime, postgres: PrivatePostgres
+) -> None:
+    rng = random.Random(2)
+    events = [e for _ in range(3) for e in evaluation_events(rng)]
+    publisher = runtime.bus("test")
+    await publisher.start()
+    queue = runtime.topology.recorder_queue(0, 1)
+    try:
+        async with running([RecorderService(runtime)]):  # its queue exists from a first run
+            pass
+        await asyncio.to_thread(postgres.stop)
+        # Given a recorder (re)started while PostgreSQL is down, and events published meanwhile
+        restarted = RecorderService(runtime)
+        starting = asyncio.create_task(restarted.start())
+        for envelope in events:
+            await publisher.publish(envelope)
+        assert not starting.done(), "the recorder gave up instead of waiting"
+        assert await runtime.broker.queue_depth(queue) == len(events)
+        # When the database is back, the recorder starts and stores them all
+        await asyncio.to_thread(postgres.start)
+        async with asyncio.timeout(WAIT):
+            await starting
+        try:
+            await until(lambda: _drained(runtime, queue))
+        finally:
+            await restarted.stop()
+        assert await runtime.broker.queue_depth(runtime.topology.dead_letters) == 0
+    finally:
+        await publisher.stop()
+    await _check_log(postgres.url, events)

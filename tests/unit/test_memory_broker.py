@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from shared.messaging import Binding, Delivery, MemoryBroker, Outcome, OutgoingMessage, Verdict
+from shared.messaging import Binding, Delivery, MemoryBroker, Outcome, OutgoingMessage, Settlement
 
 
 async def broker_with_queue() -> MemoryBroker:
@@ -24,10 +24,10 @@ async def test_drained_waits_for_consumers_to_finish_what_they_were_given() -> N
     release = asyncio.Event()
     handled: list[bytes] = []
 
-    async def slow(delivery: Delivery) -> Verdict:
+    async def slow(delivery: Delivery) -> Settlement:
         await release.wait()
         handled.append(delivery.body)
-        return Verdict(Outcome.ACK)
+        return Settlement(Outcome.ACK)
 
     await broker.consume("q", [Binding("ex", "#")], slow, prefetch=4, dead_letter_exchange="dlx")
     await broker.publish("ex", "a", message(b"1"))
@@ -43,8 +43,8 @@ async def test_drained_waits_for_consumers_to_finish_what_they_were_given() -> N
 async def test_messages_nobody_consumes_do_not_hold_drained_up() -> None:
     broker = await broker_with_queue()
 
-    async def dead_letter(delivery: Delivery) -> Verdict:
-        return Verdict(Outcome.DEAD_LETTER, "refused")
+    async def dead_letter(delivery: Delivery) -> Settlement:
+        return Settlement(Outcome.DEAD_LETTER, "refused")
 
     await broker.consume(
         "q", [Binding("ex", "#")], dead_letter, prefetch=1, dead_letter_exchange="dlx"

@@ -19,7 +19,7 @@ from shared.measurement import (
     MultiStream,
     Offline,
     ReasonCode,
-    Scenario,
+    ScenarioPlan,
     Server,
     SingleStream,
     WarmupSettings,
@@ -71,11 +71,11 @@ def test_impossible_settings_are_refused_naming_the_field(
     settings: dict[str, object], field: str
 ) -> None:
     with pytest.raises(ValidationError, match=field):
-        TypeAdapter(Scenario).validate_python(settings)
+        TypeAdapter(ScenarioPlan).validate_python(settings)
 
 
 def test_a_scenario_is_chosen_by_its_name_and_keeps_mlperf_like_defaults() -> None:
-    server = TypeAdapter(Scenario).validate_python({"name": "server", "target_qps": 250})
+    server = TypeAdapter(ScenarioPlan).validate_python({"name": "server", "target_qps": 250})
     assert isinstance(server, Server)
     assert (server.target_qps, server.latency_bound_ms, server.target_latency_percentile) == (
         250,

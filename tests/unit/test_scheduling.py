@@ -111,3 +111,20 @@ def test_a_job_goes_to_the_shared_queue_only_when_every_agent_on_it_can_run_it()
     # A pin in the request is kept
     pinned = request(agent_id="ort-old")
     assert agents.route(pinned, agents.candidates(pinned, now=1), now=1) == "ort-old"
+
+
+def test_an_agent_without_its_framework_takes_nothing_and_is_named_in_the_reason() -> None:
+    agents = AgentDirectory(missed_heartbeats=3)
+    why = "framework 'tensorflow' is not installed here: pip install 'dlscope[tensorflow]'"
+    broken = online("tf-1", framework="tensorflow", version="none")
+    agents.observe(broken.model_copy(update={"capabilities": {"unavailable": why}}), now=0)
+    agents.observe(online("tf-2", framework="tensorflow", version="2.21.0"), now=0)
+    wanted = request(framework="tensorflow")
+
+    assert ids(agents.candidates(wanted, now=1)) == ["tf-2"]
+    # Every available agent of the kind is a candidate: the shared queue, which the broken
+    # agent does not read, is used.
+    assert agents.route(wanted, agents.candidates(wanted, now=1), now=1) is None
+    pinned = request(framework="tensorflow", agent_id="tf-1")
+    assert agents.candidates(pinned, now=1) == []
+    assert why in agents.explain_no_match(pinned, now=1)

@@ -26,7 +26,7 @@ from shared.measurement import (
 )
 from shared.measurement.contention import heavy_processes
 from shared.measurement.overhead import HarnessOverhead
-from shared.measurement.scenarios import Scenario
+from shared.measurement.scenarios import ScenarioPlan
 from shared.measurement.validity import Severity
 from shared.measurement.warmup import WarmupReport
 
@@ -65,7 +65,7 @@ def phase(
     )
 
 
-def result(scenario: Scenario, *phases: TimedPhase) -> ScenarioResult:
+def result(scenario: ScenarioPlan, *phases: TimedPhase) -> ScenarioResult:
     return ScenarioResult(scenario=scenario, sample_count=1, phases=phases)
 
 

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from services.workers.predictors.base import LayerTimes, Predictor, TimesLayers
+from services.workers.predictors.base import (
+    LayerProfiler,
+    Predictor,
+    Profiles,
+    Unavailable,
+)
 from shared.errors import ConfigurationError
 
 __all__ = [
-    "LayerTimes",
+    "LayerProfiler",
     "Predictor",
     "PredictorFactory",
-    "TimesLayers",
+    "Profiles",
+    "Unavailable",
     "framework_module",
+    "install_hint",
+    "not_installed",
     "predictor_factory",
 ]
 
@@ -44,6 +53,13 @@ _MODULES = {
 }
 
 
+# What every worker's framework process imports besides its framework: the built-in datasets
+# of scikit-learn and scikit-image. The `worker` extra, part of every framework's.
+_WORKER_MODULES = ("sklearn", "skimage")
+# What a framework needs beyond its Python package, said with the install hint.
+_ALSO_NEEDS = {"tensorrt": " and an NVIDIA GPU with CUDA"}
+
+
 def framework_module(framework: str) -> str:
     """The Python module that ``framework`` needs; ConfigurationError for an unknown one."""
     try:
@@ -53,6 +69,23 @@ def framework_module(framework: str) -> str:
             f"no predictor for framework {framework!r} in this version of dlscope; "
             f"available: {', '.join(_MODULES)}"
         ) from None
+
+
+def install_hint(framework: str) -> str:
+    """How to install ``framework`` for dlscope: its extra, named as the framework."""
+    return f"pip install 'dlscope[{framework}]'{_ALSO_NEEDS.get(framework, '')}"
+
+
+def not_installed(framework: str) -> str | None:
+    """None when ``framework``'s worker can run here, else why, with the extra to install.
+    Looked up, never imported: the frameworks run in the workers' framework processes."""
+    for module in (framework_module(framework), *_WORKER_MODULES):
+        if importlib.util.find_spec(module) is None:
+            return (
+                f"framework {framework!r} is not installed here (no module {module!r}): "
+                f"{install_hint(framework)}"
+            )
+    return None
 
 
 def predictor_factory(framework: str) -> PredictorFactory:
@@ -80,7 +113,9 @@ def predictor_factory(framework: str) -> PredictorFactory:
                 opencl.OpenCLPredictor, opencl.framework_version, opencl.device_capabilities
             )
     except ImportError as exc:
-        raise ConfigurationError(f"framework {framework!r} is not installed here: {exc}") from exc
+        raise ConfigurationError(
+            f"framework {framework!r} is not installed here: {exc}; {install_hint(framework)}"
+        ) from exc
     raise ConfigurationError(
         f"no predictor for framework {framework!r} in this version of dlscope; "
         "available: onnxruntime, pytorch, tensorflow, tensorrt, opencl"

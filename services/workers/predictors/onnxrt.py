@@ -9,14 +9,18 @@ back to another device without saying so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from services.workers.predictors.base import LayerProfiler, Unavailable
 from services.workers.predictors.engines import engine_dir, precision_of
+from services.workers.predictors.onnxrt_profiling import OnnxRuntimeProfiler
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
+from shared.messages import ProfiledLevel
 
 __all__ = ["OnnxRuntimePredictor", "framework_version"]
 
@@ -67,6 +71,8 @@ class OnnxRuntimePredictor:
         self._output_names: list[str] = []
         self._provider = ""
         self._device = ""
+        self._open_session: Callable[[Any], Any] | None = None
+        self._model_path = Path()
 
     def open(self, manifest: ModelManifest, model_path: Path, *, hardware: str) -> None:
         import onnxruntime as ort
@@ -82,19 +88,25 @@ class OnnxRuntimePredictor:
                 f"where asked for, is needed); available execution providers: "
                 f"{', '.join(available)}"
             )
+
+        def open_session(options: Any) -> Any:
+            try:
+                session = ort.InferenceSession(str(model_path), options, providers=providers)
+            except Exception as exc:  # ORT raises its own untyped exception classes
+                raise PredictorError(f"onnxruntime cannot load {manifest.ref}: {exc}") from exc
+            # A provider that fails to start (no driver, a missing cuDNN) only logs, and ONNX
+            # Runtime runs the graph on the CPU instead: that would be measured as the GPU.
+            if session.get_providers()[0] != wanted[0]:
+                raise PredictorError(
+                    f"onnxruntime could not start {wanted[0]} for {manifest.ref} (it fell back "
+                    f"to {', '.join(session.get_providers())}): check the CUDA driver and "
+                    "libraries"
+                )
+            return session
+
         options = ort.SessionOptions()
         options.log_severity_level = 3  # warnings about unused initializers are noise here
-        try:
-            session = ort.InferenceSession(str(model_path), options, providers=providers)
-        except Exception as exc:  # ORT raises its own untyped exception classes
-            raise PredictorError(f"onnxruntime cannot load {manifest.ref}: {exc}") from exc
-        # A provider that fails to start (no driver, a missing cuDNN) only logs, and ONNX
-        # Runtime runs the graph on the CPU instead: that would be measured as the GPU.
-        if session.get_providers()[0] != wanted[0]:
-            raise PredictorError(
-                f"onnxruntime could not start {wanted[0]} for {manifest.ref} (it fell back to "
-                f"{', '.join(session.get_providers())}): check the CUDA driver and libraries"
-            )
+        session = open_session(options)
         graph_inputs = {i.name for i in session.get_inputs()}
         declared = {i.name for i in manifest.inputs}
         if graph_inputs != declared:
@@ -108,12 +120,32 @@ class OnnxRuntimePredictor:
         self._output_names = [o.name for o in session.get_outputs()]
         self._provider = wanted[0]
         self._device = "cpu" if hardware == "cpu" else "cuda:0"
+        self._open_session = open_session
+        self._model_path = model_path
 
     def predict(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self._run(self._output_names, inputs)  # type: ignore[no-any-return]
 
+    def profiler(self, level: ProfiledLevel) -> LayerProfiler | Unavailable:
+        if self._open_session is None:
+            raise PredictorError("the onnxruntime predictor has no model open")
+        if level == "framework":
+            return OnnxRuntimeProfiler(self._open_session, self._model_path)
+        if level == "library":
+            return Unavailable(
+                f"onnxruntime's {self._provider} reports its nodes and nothing of the "
+                "libraries under them (MLAS on a CPU; cuDNN/cuBLAS calls need CUPTI, which "
+                "dlscope does not read through onnxruntime)"
+            )
+        if self._device == "cpu":
+            return Unavailable("onnxruntime runs this model on the CPU: no device kernels to trace")
+        return Unavailable(
+            "CUDA kernels under onnxruntime need CUPTI, which dlscope does not read through "
+            "onnxruntime; its node times are at the framework level"
+        )
+
     def close(self) -> None:
-        self._session = self._run = None
+        self._session = self._run = self._open_session = None
 
     def describe(self) -> dict[str, Any]:
         return {

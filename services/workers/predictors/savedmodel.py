@@ -13,8 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from services.workers.predictors.base import LayerProfiler, Unavailable
+from services.workers.predictors.tensorflow_profiling import TensorFlowProfiler
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
+from shared.messages import ProfiledLevel
 
 __all__ = ["SavedModelPredictor", "framework_version"]
 
@@ -91,6 +94,27 @@ class SavedModelPredictor:
     def predict(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         outputs = self._serve(**inputs)
         return [outputs[name].numpy() for name in self._output_names]
+
+    def profiler(self, level: ProfiledLevel) -> LayerProfiler | Unavailable:
+        if self._serve is None:
+            raise PredictorError("the tensorflow predictor has no model open")
+        on_gpu = self._device != "/CPU:0"
+        if level == "framework":
+            return TensorFlowProfiler(self.predict, kernels=False)
+        if level == "hardware":
+            if on_gpu:
+                return TensorFlowProfiler(self.predict, kernels=True)
+            return Unavailable("tensorflow runs this model on the CPU: no device kernels to trace")
+        if on_gpu:
+            return Unavailable(
+                "cuDNN and cuBLAS calls are not reported by tensorflow's profiler (their "
+                "kernels are, at the hardware level)"
+            )
+        return Unavailable(
+            "tensorflow has no run-time switch for oneDNN's verbose mode (ONEDNN_VERBOSE is "
+            "read once, when the process starts); its oneDNN kernels show at the framework "
+            "level, as _Mkl* op types"
+        )
 
     def close(self) -> None:
         self._model = self._serve = None

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from services.workers.predictors.base import LayerProfiler, Unavailable
 from services.workers.predictors.engines import (
     EngineCache,
     Precision,
@@ -26,8 +27,10 @@ from services.workers.predictors.engines import (
     engine_key,
     precision_of,
 )
+from services.workers.predictors.tensorrt_profiling import TensorRTProfiler
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
+from shared.messages import ProfiledLevel
 
 __all__ = ["TensorRTPredictor", "framework_version"]
 
@@ -82,6 +85,7 @@ class TensorRTPredictor:
         self._ref = ""
         self._max_batch = DEFAULT_MAX_BATCH
         self._description: dict[str, Any] = {}
+        self._graph = b""
 
     def open(self, manifest: ModelManifest, model_path: Path, *, hardware: str) -> None:
         import torch
@@ -147,6 +151,7 @@ class TensorRTPredictor:
         self._stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         self._shapes = ()
         self._ref = manifest.ref
+        self._graph = graph
         self._description = {
             "device": f"cuda:{torch.cuda.current_device()}",
             "gpu": gpu,
@@ -229,11 +234,23 @@ class TensorRTPredictor:
             # Copies to (pageable) host memory wait for the stream: the answer is complete.
             return [buffer.cpu().numpy() for buffer in self._device_outputs]
 
+    def profiler(self, level: ProfiledLevel) -> LayerProfiler | Unavailable:
+        if self._context is None:
+            raise PredictorError("the tensorrt predictor has no model open")
+        if level != "framework":
+            return Unavailable(
+                f"the {level} level under TensorRT (cuDNN/cuBLAS calls, CUDA kernels) needs "
+                "CUPTI, which dlscope does not read through TensorRT; its layers are at the "
+                "framework level"
+            )
+        return TensorRTProfiler(_tensorrt(), self._context, self.predict, _op_types(self._graph))
+
     def close(self) -> None:
         # The context before the engine before the runtime: TensorRT's order of release.
         self._context = self._engine = self._runtime = self._stream = None
         self._device_inputs = self._device_outputs = []
         self._shapes = ()
+        self._graph = b""
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -241,3 +258,14 @@ class TensorRTPredictor:
             "framework_version": framework_version(),
             **self._description,
         }
+
+
+def _op_types(graph: bytes) -> dict[str, str]:
+    """Each ONNX node's op type, by node name: what TensorRT's layer names are made of."""
+    import onnx
+
+    try:
+        model = onnx.load_from_string(graph)
+    except Exception:  # the engine was built from it, so this is unlikely: names stay as given
+        return {}
+    return {node.name: node.op_type for node in model.graph.node if node.name}

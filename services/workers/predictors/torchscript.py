@@ -19,8 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from services.workers.predictors.base import LayerProfiler, Unavailable
+from services.workers.predictors.torch_profiling import OneDnnVerboseProfiler, TorchProfiler
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
+from shared.messages import ProfiledLevel
 
 __all__ = ["EXPORTED_PROGRAM_SUFFIX", "TorchScriptPredictor", "framework_version"]
 
@@ -117,6 +120,27 @@ class TorchScriptPredictor:
         if isinstance(outputs, dict):  # named outputs: in the manifest's order
             return [array(outputs[name]) for name in self._output_names]
         return [array(outputs)]
+
+    def profiler(self, level: ProfiledLevel) -> LayerProfiler | Unavailable:
+        import torch
+
+        if self._module is None:
+            raise PredictorError("the pytorch predictor has no model open")
+        on_gpu = self._device != "cpu"
+        if level == "framework":
+            return TorchProfiler(self.predict, kernels=False)
+        if level == "hardware":
+            if on_gpu:
+                return TorchProfiler(self.predict, kernels=True)
+            return Unavailable("pytorch runs this model on the CPU: no device kernels to trace")
+        if on_gpu:
+            return Unavailable(
+                "cuDNN and cuBLAS calls are not reported by torch's profilers (their kernels "
+                "are, at the hardware level)"
+            )
+        if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
+            return Unavailable(f"torch {torch.__version__} here is built without oneDNN")
+        return OneDnnVerboseProfiler(self.predict)
 
     def close(self) -> None:
         self._module = None

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from services.workers.predictors.opencl.devices import OpenCLDevice
-from services.workers.predictors.opencl.executor import BoundPlan, Executor, LayerTiming
+from services.workers.predictors.opencl.executor import BoundPlan, Executor
 from services.workers.predictors.opencl.folding import FOLDED_OPS, fold_batch_norm, fold_constants
 from services.workers.predictors.opencl.fusion import fuse
 from services.workers.predictors.opencl.graph import Graph, check_supported, load_graph
@@ -23,6 +23,7 @@ from services.workers.predictors.opencl.lowering import KERNEL_OPS, ConstantPool
 from services.workers.predictors.opencl.planner import plan_memory
 from services.workers.predictors.opencl.shapes import Shape
 from shared.errors import PredictorError
+from shared.messages import LayerTiming
 
 __all__ = ["SUPPORTED_OPS", "Engine", "prepare"]
 
@@ -133,6 +134,9 @@ class Engine:
 
     def layer_timings(self) -> list[LayerTiming]:
         return self._executor.layer_timings()
+
+    def kernel_timings(self) -> list[LayerTiming]:
+        return self._executor.kernel_timings()
 
     def close(self) -> None:
         self._plans.clear()

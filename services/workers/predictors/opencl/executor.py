@@ -4,14 +4,17 @@ Binding does everything that does not change between runs: the arena is allocate
 tensor gets a sub-buffer at its planned offset, constants are uploaded (once per model), and
 every launch gets its own kernel object with its arguments set. A run then only copies the
 inputs in, enqueues the kernels, and copies the outputs out. Every kernel is enqueued with a
-profiling event; the events of the last run are kept and read only when asked for.
+profiling event; the events of the last run are kept and read only when asked for: per layer
+(a node's kernels, queued and submitted as the first was, started as the first did, ended as
+the last did; ``fused`` names the ONNX nodes computed by the same kernels), or per kernel.
+Their times are on the device's clock.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,33 +32,9 @@ from services.workers.predictors.opencl.lowering import (
 from services.workers.predictors.opencl.planner import MemoryPlan
 from services.workers.predictors.opencl.shapes import Shape
 from shared.errors import PredictorError
+from shared.messages import LayerTiming
 
-__all__ = ["BoundPlan", "Executor", "LayerTiming"]
-
-
-@dataclass(frozen=True)
-class LayerTiming:
-    """One node's kernels in the last run, from OpenCL profiling events (device clock, ns):
-    queued and submitted as the first kernel was, started as the first did, ended as the last
-    did. ``fused`` names the ONNX nodes computed by the same kernels."""
-
-    node: str
-    op_type: str
-    fused: tuple[str, ...]
-    input_shapes: tuple[Shape, ...]
-    output_shapes: tuple[Shape, ...]
-    kernels: int
-    queued_ns: int
-    submit_ns: int
-    start_ns: int
-    end_ns: int
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "duration_ns": self.duration_ns}
+__all__ = ["BoundPlan", "Executor"]
 
 
 @dataclass(frozen=True)
@@ -213,6 +192,28 @@ class Executor:
                 )
             )
         return timings
+
+    def kernel_timings(self) -> list[LayerTiming]:
+        """Per kernel launch of the last run, in the order they ran, each named by its
+        layer's node and its kernel function (empty before any run)."""
+        if self._last is None:
+            return []
+        plan, events = self._last
+        return [
+            LayerTiming(
+                node=layer.node,
+                op_type=launch.kernel.function_name,
+                fused=layer.fused,
+                output_shapes=layer.output_shapes,
+                queued_ns=int(event.profile.queued),
+                submit_ns=int(event.profile.submit),
+                start_ns=int(event.profile.start),
+                end_ns=int(event.profile.end),
+                implementation=f"global {launch.global_size} local {launch.local_size}",
+            )
+            for (layer, launches), layer_events in zip(plan.layers, events, strict=True)
+            for launch, event in zip(launches, layer_events, strict=True)
+        ]
 
     def close(self) -> None:
         self._last = None

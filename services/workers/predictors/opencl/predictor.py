@@ -8,12 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from services.workers.predictors.base import LayerProfiler, Unavailable
 from services.workers.predictors.opencl.devices import device_capabilities, open_device
 from services.workers.predictors.opencl.engine import Engine
-from services.workers.predictors.opencl.executor import LayerTiming
+from services.workers.predictors.opencl.profiling import OpenCLProfiler
 from services.workers.predictors.opencl.settings import OpenCLSettings
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
+from shared.messages import LayerTiming, ProfiledLevel
 
 __all__ = ["ENGINE_VERSION", "OpenCLPredictor", "device_capabilities", "framework_version"]
 
@@ -68,6 +70,14 @@ class OpenCLPredictor:
         """The last batch's kernels per layer, in the order they ran, from OpenCL profiling
         events; empty before the first batch."""
         return self._engine.layer_timings() if self._engine else []
+
+    def profiler(self, level: ProfiledLevel) -> LayerProfiler | Unavailable:
+        if level == "library":
+            return Unavailable(
+                "the OpenCL engine calls no library: its own kernels are its layers "
+                "(framework level) and its kernel launches (hardware level)"
+            )
+        return OpenCLProfiler(self._opened(), kernels=level == "hardware")
 
     def close(self) -> None:
         if self._engine is not None:

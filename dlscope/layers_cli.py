@@ -1,0 +1,207 @@
+"""``dlscope layers <id>``: an evaluation's layer breakdown, from its stored layer summary.
+
+Without ``--gateway`` it reads the event store this machine writes to (``dlscope run``'s
+SQLite under ``DLSCOPE_HOME``, or ``DLSCOPE_DATABASE_URL``); with it, a running gateway's
+``GET /v1/evaluations/{id}/layers``. ``--compare`` lines other evaluations' layers up with
+it (the same model on other frameworks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.table import Table
+
+from dlscope.terminal import console, fail
+from shared.breakdown import LayerReport, profile_of, report
+from shared.config import Settings
+from shared.errors import DlscopeError
+from shared.messages import PROFILED_LEVELS, EvaluationProfiled, ProfiledLevel, evaluation_stream
+
+__all__ = ["layers_command", "tracing_table"]
+
+
+def layers_command(
+    evaluation_id: Annotated[uuid.UUID, typer.Argument(help="the evaluation")],
+    compare: Annotated[
+        list[uuid.UUID] | None,
+        typer.Option("--compare", "-c", help="line its layers up with this one's (repeatable)"),
+    ] = None,
+    top: Annotated[int, typer.Option("--top", "-k", min=1, max=1000, help="layers listed")] = 10,
+    level: Annotated[
+        str | None, typer.Option(help=f"only this pass: one of {', '.join(PROFILED_LEVELS)}")
+    ] = None,
+    gateway: Annotated[
+        str | None,
+        typer.Option(envvar="DLSCOPE_GATEWAY_URL", help="a running gateway; default: the store"),
+    ] = None,
+    token: Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the breakdown here as JSON")
+    ] = None,
+) -> None:
+    """An evaluation's layers (traced at framework level or deeper): the slowest, the time per
+    op type, each level's overhead; with --compare, lined up with other evaluations'."""
+    only = _level(level)
+    others = compare or []
+    if gateway:
+        document = _from_gateway(gateway, token, evaluation_id, others, top, only)
+    else:
+        document = _from_store(evaluation_id, others, top, only)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(document, indent=2))
+    _print(document)
+
+
+def _level(level: str | None) -> ProfiledLevel | None:
+    if level is None:
+        return None
+    for known in PROFILED_LEVELS:
+        if level == known:
+            return known
+    raise fail(f"--level must be one of {', '.join(PROFILED_LEVELS)}, got {level!r}", 2)
+
+
+def _from_store(
+    evaluation_id: uuid.UUID, others: list[uuid.UUID], top: int, level: ProfiledLevel | None
+) -> dict[str, Any]:
+    from shared.eventstore import EventStore
+
+    url = Settings().resolved_database_url
+
+    async def read() -> list[EvaluationProfiled | str]:
+        async with EventStore.from_url(url) as store:
+            return [
+                profile_of(await store.stream_events(evaluation_stream(i)))
+                for i in (evaluation_id, *others)
+            ]
+
+    try:
+        found = asyncio.run(read())
+    except DlscopeError as exc:
+        raise fail(str(exc), 1) from exc
+    for one, why in zip((evaluation_id, *others), found, strict=True):
+        if isinstance(why, str):
+            raise fail(f"no layers of evaluation {one} in {url}: {why}", 1)
+    profiled = [p for p in found if isinstance(p, EvaluationProfiled)]
+    answer = report(profiled[0], top=top, level=level, compared=profiled[1:])
+    if isinstance(answer, str):
+        raise fail(answer, 1)
+    return answer.model_dump(mode="json")
+
+
+def _from_gateway(
+    gateway: str,
+    token: str | None,
+    evaluation_id: uuid.UUID,
+    others: list[uuid.UUID],
+    top: int,
+    level: ProfiledLevel | None,
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"top": top, "compare": [str(i) for i in others]}
+    if level is not None:
+        params["level"] = level
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with httpx.Client(base_url=gateway, headers=headers, timeout=30) as client:
+            response = client.get(f"/v1/evaluations/{evaluation_id}/layers", params=params)
+    except httpx.HTTPError as exc:
+        raise fail(f"cannot reach the gateway at {gateway}: {exc}", 2) from exc
+    if response.status_code != 200:
+        raise fail(f"the gateway answered {response.status_code}: {response.text}", 1)
+    body: dict[str, Any] = LayerReport.model_validate(response.json()).model_dump(mode="json")
+    return body
+
+
+def tracing_table(tracing: list[dict[str, Any]]) -> Table:
+    """Each trace level asked for: captured (with what served it and what it cost) or why not."""
+    table = Table(title="trace levels (overhead: traced query p50 / untraced p50)")
+    for column in ("level", "captured by", "overhead", "spans"):
+        table.add_column(column, justify="right" if column in ("overhead", "spans") else "left")
+    for outcome in tracing:
+        if outcome["captured"]:
+            overhead = outcome.get("overhead")
+            table.add_row(
+                outcome["level"],
+                outcome.get("source") or "",
+                "" if overhead is None else f"{overhead:.2f}x",
+                str(outcome.get("spans", 0)),
+            )
+        else:
+            table.add_row(outcome["level"], f"not captured: {outcome['reason']}", "", "")
+    return table
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:,.1f}"
+
+
+def _print(document: dict[str, Any]) -> None:
+    console.print(
+        f"evaluation {document['evaluation_id']} on {document['framework']}, "
+        f"traced at level {document['trace_level']}"
+    )
+    console.print(tracing_table(document["levels"]))
+    for passed in document["passes"]:
+        title = (
+            f"{passed['level']} level: {passed['source']}, {passed['queries']} queries of "
+            f"batch {passed['batch_size']}, query p50 {_us(passed['query_p50_ns'])} µs profiled"
+        )
+        table = Table(title=f"{title}; top {len(passed['top'])} of {passed['layers_total']}")
+        for column in ("layer", "op", "calls", "p50 µs", "total µs", "share", "shapes"):
+            table.add_column(
+                column, justify="left" if column in ("layer", "op", "shapes") else "right"
+            )
+        for layer in passed["top"]:
+            shapes = " ".join(str(list(s)) for s in layer["input_shapes"])
+            if layer["output_shapes"]:
+                shapes += " -> " + " ".join(str(list(s)) for s in layer["output_shapes"])
+            table.add_row(
+                layer["node"],
+                layer["op_type"],
+                str(layer["calls"]),
+                _us(layer["p50_ns"]),
+                _us(layer["total_ns"]),
+                f"{layer['share']:.1%}",
+                shapes,
+            )
+        console.print(table)
+        by_type = Table(title=f"{passed['level']} level: time per op type")
+        for column in ("op type", "layers", "calls", "total µs", "share"):
+            by_type.add_column(column, justify="left" if column == "op type" else "right")
+        for share in passed["op_types"]:
+            by_type.add_row(
+                share["op_type"],
+                str(share["layers"]),
+                str(share["calls"]),
+                _us(share["total_ns"]),
+                f"{share['share']:.1%}",
+            )
+        console.print(by_type)
+    comparison = document.get("comparison")
+    if comparison:
+        _print_comparison(comparison)
+
+
+def _print_comparison(comparison: dict[str, Any]) -> None:
+    table = Table(title=f"layers lined up ({comparison['level']} level), p50 µs per call")
+    table.add_column("kind")
+    for evaluation in comparison["evaluations"]:
+        table.add_column(
+            f"{evaluation['framework']}\n{str(evaluation['evaluation_id'])[:8]}", justify="left"
+        )
+    table.add_column("matched by")
+    for row in comparison["rows"]:
+        cells = [
+            "" if layer is None else f"{layer['node']} ({layer['op_type']}) {_us(layer['p50_ns'])}"
+            for layer in row["layers"]
+        ]
+        table.add_row(row["kind"], *cells, row["matched_by"] or "")
+    console.print(table)

@@ -1,0 +1,37 @@
+"""Every chart dlscope draws, as a Vega-Lite specification built here, once: the web pages
+hand it to vega-embed in the browser, the reports to vl-convert, which renders the same
+specification to SVG without a browser. Data travel inline (``data.values``), so a
+specification is a complete, self-contained description of its chart.
+
+Charts have a fixed size that suits a laptop screen; the pages' CSS lets the SVG shrink to
+a narrower column. Every chart carries a ``description``, which Vega gives its SVG as the
+accessible label.
+
+    base         schema, size, fonts, palette, one colour per framework
+    latency      histogram, CDF, latency over the run, warm-up, layers
+    batches      latency and throughput per batch size
+    comparison   per-framework bars, CDFs, parity
+    history      one model x framework x hardware over time
+"""
+
+from services.gateway.ui.charts.base import SCHEMA, Spec
+from services.gateway.ui.charts.batches import batch_latency, batch_throughput
+from services.gateway.ui.charts.comparison import framework_bars, framework_cdf, parity_heatmap
+from services.gateway.ui.charts.history import history
+from services.gateway.ui.charts.latency import cdf, histogram, layers, series, warmup
+
+__all__ = [
+    "SCHEMA",
+    "Spec",
+    "batch_latency",
+    "batch_throughput",
+    "cdf",
+    "framework_bars",
+    "framework_cdf",
+    "histogram",
+    "history",
+    "layers",
+    "parity_heatmap",
+    "series",
+    "warmup",
+]

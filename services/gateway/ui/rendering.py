@@ -1,0 +1,128 @@
+"""HTML from the package's Jinja templates, for the web pages and the reports alike.
+
+A chart is drawn in one of two ways, by the ``chart`` function a template is given: on a
+page, its Vega-Lite specification goes into the page as JSON for vega-embed to draw in the
+browser; in a report, vl-convert renders the same specification to SVG, inlined, so the file
+opens anywhere, offline, with no script at all.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import itertools
+import math
+from collections.abc import Callable
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import orjson
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from services.gateway.ui.charts import Spec
+
+__all__ = [
+    "NONE",
+    "STATIC",
+    "ChartDrawer",
+    "embedded_chart",
+    "render",
+    "stylesheet",
+    "svg_chart",
+]
+
+ChartDrawer = Callable[[Spec], Markup]
+STATIC = resources.files("services.gateway.ui") / "static"
+_ids = itertools.count()
+# Shown for a number that is not there: an en dash, as tables print it.
+NONE = "\u2013"
+
+
+@functools.cache
+def _environment() -> Environment:
+    environment = Environment(
+        loader=PackageLoader("services.gateway.ui", "templates"),
+        autoescape=select_autoescape(["html"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(
+        ms=format_ms,
+        num=format_number,
+        pct=format_percent,
+        when=format_when,
+        bytes=format_bytes,
+    )
+    return environment
+
+
+def render(template: str, **context: Any) -> str:
+    return _environment().get_template(template).render(**context)
+
+
+@functools.cache
+def stylesheet() -> str:
+    """The pages' CSS, which a report inlines."""
+    return (STATIC / "dlscope.css").read_text(encoding="utf-8")
+
+
+def embedded_chart(spec: Spec) -> Markup:
+    """A placeholder that dlscope.js hands to vega-embed, with the specification beside it.
+    ``</`` is escaped inside the JSON so no value can close the script element."""
+    key = f"chart-{next(_ids)}"
+    data = orjson.dumps(spec).decode().replace("</", "<\\/")
+    label = html.escape(str(spec.get("description", "chart")))
+    return Markup(
+        f'<figure class="chart"><div class="vega" id="{key}" role="img" aria-label="{label}">'
+        f'<p class="muted">drawing…</p></div>'
+        f'<script type="application/json" data-chart-for="{key}">{data}</script></figure>'
+    )
+
+
+def svg_chart(spec: Spec) -> Markup:
+    """The chart as inline SVG, rendered without a browser."""
+    import vl_convert  # a few MB of native code: loaded by the first report, not the gateway
+
+    svg = vl_convert.vegalite_to_svg(spec, vl_version="6.4")
+    label = html.escape(str(spec.get("description", "chart")))
+    return Markup(f'<figure class="chart" role="img" aria-label="{label}">{svg}</figure>')
+
+
+def format_ms(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NONE
+    return f"{value:.{digits}g} ms"
+
+
+def format_number(value: float | int | None, digits: int = 4) -> str:
+    if value is None:
+        return NONE
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}g}" if abs(value) < 10**digits else f"{value:,.0f}"
+
+
+def format_percent(value: float | None, digits: int = 1) -> str:
+    return NONE if value is None else f"{value * 100:.{digits}f}%"
+
+
+def format_when(value: datetime | str | None) -> str:
+    if value is None:
+        return NONE
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def format_bytes(value: float | int | None) -> str:
+    if value is None:
+        return NONE
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.3g} {unit}"
+        size /= 1024
+    return f"{size:.3g} TiB"

@@ -1,0 +1,378 @@
+"""A report in three forms from one document: a self-contained HTML file (styles inline,
+charts inline as SVG, no script, so it opens offline anywhere), the same numbers as CSV (one
+row per evaluation) and as Markdown."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Literal
+
+from services.gateway.ui.documents import EvaluationDocument, ExperimentDocument, ReportDocument
+from services.gateway.ui.rendering import NONE, render, stylesheet, svg_chart
+from services.gateway.ui.views import (
+    EXPLANATIONS,
+    evaluation_info,
+    experiment_info,
+    headline_of,
+    parity_matrix,
+    throughput_of,
+)
+from shared.messages import PairParity
+
+__all__ = ["FORMATS", "MEDIA_TYPES", "ReportFormat", "report_csv", "report_html", "report_markdown"]
+
+ReportFormat = Literal["html", "csv", "md"]
+FORMATS: tuple[ReportFormat, ...] = ("html", "csv", "md")
+MEDIA_TYPES: dict[ReportFormat, str] = {
+    "html": "text/html; charset=utf-8",
+    "csv": "text/csv; charset=utf-8",
+    "md": "text/markdown; charset=utf-8",
+}
+
+
+def _version() -> str:
+    try:
+        return version("dlscope")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def report_html(document: ReportDocument) -> str:
+    """The report as one HTML file. Renders every chart (tens of ms each): call it off the
+    event loop."""
+    evaluations = [_item(d) for d in document.evaluations]
+    by_id = {item["document"].view.evaluation_id: item for item in evaluations}
+    return render(
+        "report.html",
+        document=document,
+        experiments=[
+            {
+                "document": e,
+                "info": experiment_info(e),
+                "members": [_item(member) for member in e.details],
+            }
+            for e in document.experiments
+        ],
+        evaluations=evaluations,
+        groups=[[by_id[d.view.evaluation_id] for d in group] for group in document.groups],
+        chart=svg_chart,
+        css=stylesheet(),
+        version=_version(),
+    )
+
+
+def _item(document: EvaluationDocument) -> dict[str, Any]:
+    return {"document": document, "info": evaluation_info(document)}
+
+
+# --- CSV ------------------------------------------------------------------------------------
+
+COLUMNS = (
+    "experiment_id",
+    "evaluation_id",
+    "model",
+    "model_version",
+    "framework",
+    "framework_version",
+    "hardware",
+    "host",
+    "cpu_model",
+    "status",
+    "scenario",
+    "batch_size",
+    "queries",
+    "headline",
+    "headline_ms",
+    "headline_low_ms",
+    "headline_high_ms",
+    "headline_is_bound",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "mean_ms",
+    "std_ms",
+    "throughput_per_s",
+    "throughput_low",
+    "throughput_high",
+    "top1",
+    "top5",
+    "verdict",
+    "verdict_reasons",
+    "parity_vs_reference",
+    "parity_max_rel_error",
+    "parity_top1_agreement",
+    "error",
+    "requested_at",
+)
+
+
+def report_csv(document: ReportDocument) -> str:
+    """One row per evaluation (experiment members first), every number with its interval."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in _rows(document):
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def _rows(document: ReportDocument) -> Iterator[dict[str, Any]]:
+    for experiment in document.experiments:
+        parity = _reference_parity(experiment)
+        for member in experiment.details:
+            yield _csv_row(member, str(experiment.view.experiment_id), parity)
+    for evaluation in document.evaluations:
+        yield _csv_row(evaluation, evaluation.experiment_id or "", {})
+
+
+def _reference_parity(experiment: ExperimentDocument) -> dict[str, PairParity]:
+    comparison = experiment.comparison
+    if comparison is None or comparison.reference is None:
+        return {}
+    found = {}
+    for pair in comparison.parity:
+        if pair.reference == comparison.reference:
+            found[str(pair.candidate)] = pair
+        elif pair.candidate == comparison.reference:
+            found[str(pair.reference)] = pair
+    return found
+
+
+def _csv_row(
+    document: EvaluationDocument, experiment_id: str, parity: dict[str, PairParity]
+) -> dict[str, Any]:
+    view, summary = document.view, document.summary
+    environment = view.environment or {}
+    row: dict[str, Any] = {
+        "experiment_id": experiment_id,
+        "evaluation_id": str(view.evaluation_id),
+        "model": view.model,
+        "model_version": view.model_version,
+        "framework": view.framework,
+        "framework_version": environment.get("framework_version", ""),
+        "hardware": view.hardware,
+        "host": view.host,
+        "cpu_model": environment.get("cpu_model", ""),
+        "status": view.status,
+        "error": view.error or "",
+        "requested_at": view.requested_at.isoformat(),
+    }
+    pair = parity.get(str(view.evaluation_id))
+    if pair is not None:
+        row |= {
+            "parity_vs_reference": "within" if pair.within_tolerance else "outside",
+            "parity_max_rel_error": pair.max_rel_error,
+            "parity_top1_agreement": pair.top1_agreement,
+        }
+    if summary is None:
+        return row
+    headline, throughput = headline_of(summary), throughput_of(summary)
+    assert headline is not None, "a summary has a headline"
+    assert throughput is not None, "and a throughput"
+    return row | {
+        "scenario": summary.scenario.name,
+        "batch_size": summary.batch_size,
+        "queries": summary.count,
+        "headline": summary.headline,
+        "headline_ms": headline.value,
+        "headline_low_ms": headline.low,
+        "headline_high_ms": headline.high,
+        "headline_is_bound": headline.bound,
+        "p50_ms": summary.p50_ms,
+        "p90_ms": summary.p90_ms,
+        "p99_ms": summary.p99_ms,
+        "mean_ms": summary.mean_ms,
+        "std_ms": summary.std_ms,
+        "throughput_per_s": throughput.value,
+        "throughput_low": throughput.low,
+        "throughput_high": throughput.high,
+        "top1": None if summary.accuracy is None else summary.accuracy.top1,
+        "top5": None if summary.accuracy is None else summary.accuracy.top5,
+        "verdict": None if summary.verdict is None else summary.verdict.status,
+        "verdict_reasons": ""
+        if summary.verdict is None
+        else "; ".join(r.code for r in summary.verdict.reasons),
+    }
+
+
+# --- Markdown -------------------------------------------------------------------------------
+
+
+def report_markdown(document: ReportDocument) -> str:
+    lines = [
+        f"# {document.title}",
+        "",
+        f"Generated {document.generated_at:%Y-%m-%d %H:%M:%S %Z} by dlscope {_version()}.",
+        "",
+        "## What this report compares",
+        "",
+        *(f"- {note}" for note in document.notes),
+        "",
+    ]
+    for experiment in document.experiments:
+        lines += _experiment_markdown(experiment)
+    for evaluation in document.evaluations:
+        lines += _evaluation_markdown(evaluation, level=2)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _cell(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows),
+        "",
+    ]
+
+
+def _ms(value: float | None) -> str:
+    return NONE if value is None else f"{value:.4g}"
+
+
+def _estimate(value: float, low: float | None, high: float | None, bound: bool = False) -> str:
+    text = ("≤ " if bound else "") + _ms(value)
+    if low is not None:
+        text += f" [{_ms(low)}, {'∞' if high is None else _ms(high)}]"
+    return text
+
+
+def _experiment_markdown(experiment: ExperimentDocument) -> list[str]:
+    view, comparison = experiment.view, experiment.comparison
+    lines = [
+        f"## Experiment: {experiment.title}",
+        "",
+        f"- experiment `{view.experiment_id}`, status **{view.status}**",
+        f"- trace: {experiment.trace_url}",
+    ]
+    if comparison is not None:
+        parity = {
+            True: "every pair within tolerance",
+            False: "NOT every pair within tolerance",
+            None: "fewer than two completed",
+        }[comparison.parity_ok]
+        lines.append(
+            f"- parity: {parity} (atol {comparison.tolerance.atol} x scale, top-1 agreement >= "
+            f"{comparison.tolerance.min_top1_agreement:g})"
+        )
+        if not comparison.complete:
+            lines.append("- **incomplete**: the deadline passed before every member's outcome")
+    lines.append("")
+    rows = []
+    for member in experiment.members:
+        summary = member.summary()
+        headline, throughput = headline_of(summary), throughput_of(summary)
+        rows.append(
+            [
+                member.framework,
+                (member.environment or {}).get("framework_version", ""),
+                member.host or "",
+                member.status,
+                NONE
+                if headline is None or summary is None
+                else f"{summary.headline} "
+                + _estimate(headline.value, headline.low, headline.high, headline.bound),
+                NONE
+                if throughput is None
+                else _estimate(throughput.value, throughput.low, throughput.high),
+                NONE
+                if summary is None or summary.accuracy is None
+                else f"{summary.accuracy.top1:.2%}",
+                NONE if summary is None or summary.verdict is None else summary.verdict.status,
+                member.error or "",
+            ]
+        )
+    lines += [
+        "### Comparison",
+        "",
+        *_table(
+            [
+                "framework",
+                "version",
+                "host",
+                "status",
+                "headline ms (95% CI)",
+                "samples/s (95% CI)",
+                "top-1",
+                "verdict",
+                "error",
+            ],
+            rows,
+        ),
+    ]
+    matrix = parity_matrix(experiment)
+    if matrix:
+        header = ["", *(cell.label for cell in matrix[0][1])]
+        body = []
+        for label, cells in matrix:
+            body.append([label, *(_parity_text(cell.parity, cell.diagonal) for cell in cells)])
+        lines += ["### Output parity", "", *_table(header, body)]
+    failures = [] if comparison is None else comparison.failures
+    if failures:
+        lines += ["### Failures", ""]
+        lines += [f"- {g.framework or g.model or 'member'}: {g.reason}" for g in failures]
+        lines.append("")
+    return lines
+
+
+def _parity_text(parity: PairParity | None, diagonal: bool) -> str:
+    if diagonal:
+        return "—"
+    if parity is None:
+        return "not compared"
+    if not parity.comparable:
+        return f"not comparable: {parity.reason}"
+    verdict = "within" if parity.within_tolerance else "OUTSIDE"
+    agreement = NONE if parity.top1_agreement is None else f"{parity.top1_agreement:.0%}"
+    return f"{verdict}; max rel {parity.max_rel_error or 0:.2e}; top-1 {agreement}"
+
+
+def _evaluation_markdown(document: EvaluationDocument, *, level: int) -> list[str]:
+    view, summary = document.view, document.summary
+    mark = "#" * level
+    lines = [
+        f"{mark} Evaluation: {document.title}",
+        "",
+        f"- evaluation `{view.evaluation_id}`, status **{view.status}**",
+        f"- model {view.model} {view.model_version or ''}; framework {view.framework} "
+        f"{(view.environment or {}).get('framework_version', '')}; host {view.host or '?'}",
+        f"- trace: {document.trace_url}",
+    ]
+    if view.error:
+        lines.append(f"- error: {view.error}")
+    lines.append("")
+    if summary is None:
+        return lines
+    info = evaluation_info(document)
+    header = ["batch", "queries", "mean ± std", *info["rows"][0]["percentiles"], "samples/s"]
+    rows = [
+        [
+            row["batch_size"],
+            row["count"],
+            f"{row['mean_ms']:.4g} ± {row['std_ms']:.4g}",
+            *(_estimate(p.value, p.low, p.high, p.bound) for p in row["percentiles"].values()),
+            _estimate(row["throughput"].value, row["throughput"].low, row["throughput"].high),
+        ]
+        for row in info["rows"]
+    ]
+    if rows:
+        lines += [f"{mark}# Statistics (ms, 95% intervals)", "", *_table(header, rows)]
+    if summary.verdict is not None:
+        lines += [f"{mark}# Verdict: {summary.verdict.status}", ""]
+        for reason in summary.verdict.reasons:
+            lines.append(
+                f"- {reason.severity}: {reason.message}. {EXPLANATIONS.get(reason.code, '')}"
+            )
+        if not summary.verdict.reasons:
+            lines.append("- every run rule was met; nothing questioned the conditions")
+        lines.append("")
+    first, _ = info["environment"]
+    if first:
+        lines += [f"{mark}# Environment", "", *(f"- {k}: {v}" for k, v in first), ""]
+    return lines
