@@ -59,6 +59,7 @@ class Runtime:
             service=service,
             max_attempts=self.settings.max_delivery_attempts,
             prefetch=prefetch or self.settings.prefetch,
+            event_log_partitions=self.settings.recorder_partitions,
         )
 
     async def close(self) -> None:

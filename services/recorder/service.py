@@ -22,7 +22,7 @@ from shared.errors import ConfigurationError, StoreUnavailable
 from shared.eventstore import EventStore
 from shared.eventstore.migrate import upgrade
 from shared.messages import Envelope
-from shared.messaging import STREAM_HEADER, Binding
+from shared.messaging import Binding
 from shared.messaging.pause import when_available
 from shared.runtime import Runtime
 
@@ -58,19 +58,12 @@ class RecorderService:
         )
         self._store = EventStore.from_url(url)
         self._writer = BatchWriter(self._store.append)
-        await self._bus.start()
+        await self._bus.start()  # declares every partition's queue (the runtime's bus does)
         topology, partitions = self._bus.topology, self._settings.recorder_partitions
         queue = topology.recorder_queue(self.partition, partitions)
         if partitions == 1:
             binding = Binding(topology.events, "#")
         else:
-            await self._bus.broker.declare_partitions(
-                topology.recorder_partitions,
-                source=topology.events,
-                queues=[topology.recorder_queue(i, partitions) for i in range(partitions)],
-                hash_header=STREAM_HEADER,
-                dead_letter_exchange=topology.dlx,
-            )
             binding = Binding(topology.recorder_partitions, "1")  # the key is the weight
         await self._bus.subscribe(queue, [binding], self._record)
 

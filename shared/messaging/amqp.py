@@ -191,6 +191,19 @@ class AmqpBroker:
                 # On a consistent-hash exchange the binding key is the queue's weight.
                 await queue.bind(declared, "1")
 
+    async def declare_queue(
+        self, queue: str, bindings: Sequence[Binding], *, dead_letter_exchange: str
+    ) -> None:
+        for binding in bindings:
+            await self._check_exchange(binding.exchange)
+        async with self._guard(f"declaring queue {queue!r}"):
+            topology = await self._topology_channel()
+            declared = await topology.declare_queue(
+                queue, durable=True, arguments=_dead_lettering(dead_letter_exchange)
+            )
+            for binding in bindings:
+                await declared.bind(binding.exchange, binding.pattern)
+
     async def publish(self, exchange: str, routing_key: str, message: OutgoingMessage) -> None:
         await self._check_exchange(exchange)
         await self._send(exchange, routing_key, _message(message, dict(message.headers)))

@@ -147,6 +147,12 @@ class Broker(Protocol):
         to ``dead_letter_exchange``), each bound to it with weight 1. Declaring every queue
         at once keeps the hash ring whole from the start, whichever consumer starts first."""
 
+    async def declare_queue(
+        self, queue: str, bindings: Sequence[Binding], *, dead_letter_exchange: str
+    ) -> None:
+        """Declare the durable ``queue`` (dead-lettering to ``dead_letter_exchange``) with
+        its ``bindings``, before anyone consumes it: what is published meanwhile waits in it."""
+
     async def publish(self, exchange: str, routing_key: str, message: OutgoingMessage) -> None:
         """Publish persistently and wait for the broker's confirm. ``exchange=""`` is the
         default exchange, which routes to the queue named by ``routing_key``."""

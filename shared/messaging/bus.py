@@ -74,8 +74,10 @@ class Bus:
         prefetch: int = 16,
         pause_initial_s: float = 0.5,
         pause_cap_s: float = 30.0,
+        event_log_partitions: int | None = None,
     ) -> None:
         self.broker = broker
+        self._event_log_partitions = event_log_partitions
         self.topology = topology
         self.service = service
         self._tracer = telemetry.tracer
@@ -101,6 +103,28 @@ class Bus:
             dead_letter_exchange=self.topology.dlx,
             dead_letter_queue=self.topology.dead_letters,
         )
+        if self._event_log_partitions is not None:
+            await self._declare_event_log(self._event_log_partitions)
+
+    async def _declare_event_log(self, partitions: int) -> None:
+        # The recorders' queues are the event log's front door. Whichever service starts
+        # first declares them, so an event published before any recorder has started (the
+        # registry's built-ins, say) waits in them instead of being dropped as unroutable.
+        topology = self.topology
+        if partitions == 1:
+            await self.broker.declare_queue(
+                topology.recorder_queue(0, 1),
+                [Binding(topology.events, "#")],
+                dead_letter_exchange=topology.dlx,
+            )
+        else:
+            await self.broker.declare_partitions(
+                topology.recorder_partitions,
+                source=topology.events,
+                queues=[topology.recorder_queue(i, partitions) for i in range(partitions)],
+                hash_header=STREAM_HEADER,
+                dead_letter_exchange=topology.dlx,
+            )
 
     async def stop(self) -> None:
         for subscription in reversed(self._subscriptions):

@@ -115,6 +115,17 @@ class MemoryBroker:
             self._declare_queue(queue, durable=True, dead_letter_exchange=dead_letter_exchange)
             self._bind(queue, Binding(exchange, "1"))
 
+    async def declare_queue(
+        self, queue: str, bindings: Sequence[Binding], *, dead_letter_exchange: str
+    ) -> None:
+        self._require_connection()
+        for binding in bindings:
+            if binding.exchange not in self._exchanges:
+                raise ConfigurationError(f"exchange {binding.exchange!r} has not been declared")
+        self._declare_queue(queue, durable=True, dead_letter_exchange=dead_letter_exchange)
+        for binding in bindings:
+            self._bind(queue, binding)
+
     async def publish(self, exchange: str, routing_key: str, message: OutgoingMessage) -> None:
         self._require_connection()
         delivery = Delivery(

@@ -323,6 +323,31 @@ async def test_message_published_before_anyone_consumes_waits_in_the_queue(rig: 
     assert await rig.broker.queue_depth(rig.topology.queue("test", "never-declared")) == 0
 
 
+async def test_a_queue_declared_before_any_consumer_keeps_what_is_published_meanwhile(
+    rig: Rig,
+) -> None:
+    queue = rig.queue("log")
+    binding = Binding(rig.topology.events, "job.#")
+    await rig.broker.declare_queue(queue, [binding], dead_letter_exchange=rig.topology.dlx)
+    await rig.broker.declare_queue(queue, [binding], dead_letter_exchange=rig.topology.dlx)
+
+    await rig.publish("job.a", b"1")
+    await rig.publish("other", b"not bound")
+    await rig.publish("job.b", b"2")
+    assert await rig.broker.queue_depth(queue) == 2
+
+    recorder = Recorder()
+    await rig.subscribe(queue, ["job.#"], recorder)  # same settings: the queue is kept
+    assert [d.body for d in await recorder.take(2)] == [b"1", b"2"]
+
+    with pytest.raises(ConfigurationError, match="nowhere"):
+        await rig.broker.declare_queue(
+            rig.queue("stray"),
+            [Binding(f"{rig.topology.namespace}.nowhere", "#")],
+            dead_letter_exchange=rig.topology.dlx,
+        )
+
+
 async def test_publishing_to_an_undeclared_exchange_fails_and_the_broker_stays_usable(
     rig: Rig,
 ) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dlscope.local import purge_namespace
 from dlscope.relay import SeverableLink
 from services.gateway.service import GatewayService
 from shared.config import Settings
@@ -72,8 +73,11 @@ async def gateway(
         broker_url=_through(rabbitmq_url, broker.port),
         database_url=_through(postgres_url, database.port),
     )
-    async with _gateway(settings) as http:
-        yield http
+    try:
+        async with _gateway(settings) as http:
+            yield http
+    finally:
+        await purge_namespace(rabbitmq_url, namespace)
 
 
 async def test_a_read_during_a_database_outage_is_503_with_retry_after(

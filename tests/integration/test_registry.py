@@ -3,13 +3,23 @@ embedded stack (memory broker, SQLite) and on RabbitMQ + PostgreSQL."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from dlscope.local import eventually, purge_namespace
+from services.recorder import RecorderService
 from services.registry import RegistryService
-from tests.integration.conftest import Stack
+from shared.eventstore import EventStore
+from shared.eventstore.migrate import upgrade
+from shared.manifests import load_manifests
+from shared.messaging import create_broker
+from shared.runtime import Runtime
+from shared.telemetry import Telemetry
+from tests.integration.conftest import STACKS, Stack, stack_settings
 
 SQUEEZENET = "pkg://onnx/backend/test/data/light/light_squeezenet.onnx"
 SQUEEZENET_SHA = "770b0f3c8623e18bf58b53754d710051b4c268248422142980a132bbe6dfe908"
@@ -151,3 +161,47 @@ async def test_registrations_survive_a_registry_restart(stack: Stack) -> None:
         assert evaluation["status"] == "completed", evaluation["error"]
     finally:
         await restarted.stop()
+
+
+@pytest.fixture(params=STACKS)
+async def bare_runtime(
+    request: pytest.FixtureRequest, tmp_path: Path, namespace: str
+) -> AsyncIterator[Runtime]:
+    """A runtime with no service started, on a migrated, empty event store."""
+    settings = stack_settings(request, tmp_path, namespace)
+    await upgrade(settings.resolved_database_url)
+    runtime = Runtime(
+        settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
+    )
+    try:
+        yield runtime
+    finally:
+        await runtime.close()
+        if request.param != "embedded":
+            await purge_namespace(settings.broker_url, namespace)
+
+
+async def test_a_registry_started_before_any_recorder_has_its_built_ins_recorded(
+    bare_runtime: Runtime,
+) -> None:
+    """Services start in any order: the registry publishes its built-ins at once, and the
+    events must wait for the recorder rather than be dropped as unroutable."""
+    registry = RegistryService(bare_runtime)
+    recorder = RecorderService(bare_runtime)
+    store = EventStore.from_url(bare_runtime.settings.resolved_database_url)
+    manifests = load_manifests(bare_runtime.settings.manifests_dir)
+    built_ins = {(m.kind, m.name, m.version) for m in manifests}
+    assert ("dataset", "digits", "1.0.0") in built_ins  # what the launch page offers
+    try:
+        await registry.start()  # its built-ins are published: nobody consumes them yet
+        await recorder.start()
+
+        async def all_recorded() -> bool:
+            views = await store.list_artifacts(include_deprecated=True)
+            return {(v.kind, v.name, v.version) for v in views} >= built_ins
+
+        await eventually(all_recorded, timeout=30)
+    finally:
+        await recorder.stop()
+        await registry.stop()
+        await store.close()
