@@ -27,10 +27,11 @@ from dlscope.experiments_cli import (
 )
 from dlscope.gateway_client import gateway_client, submitted, until_settled
 from dlscope.layers_cli import layers_command, tracing_table
+from dlscope.live import LiveEvaluations
 from dlscope.models_cli import models
 from dlscope.repeats_cli import compare_command, run_arguments, run_repeated
 from dlscope.report_cli import report_command
-from dlscope.terminal import EvaluationProgress, console, fail
+from dlscope.terminal import console, fail
 from dlscope.trace_cli import (
     DEFAULT_TRACE_LEVEL,
     DEFAULT_TRACE_QUERIES,
@@ -392,7 +393,7 @@ def run(
     )
     settings = embedded_settings(Settings())
     build_on_first_use(model, settings.home)
-    with EvaluationProgress() as progress:
+    with LiveEvaluations() as progress:
         try:
             outcome = uvloop.run(evaluate(settings, request, watch=progress.observe))
         except DlscopeError as exc:

@@ -29,6 +29,7 @@ from shared.eventstore import EventStore
 from shared.eventstore.views import ArtifactView, EvaluationView, ExperimentView, StoredEvent
 from shared.manifests import ModelManifest
 from shared.messages import (
+    PROGRESS_KEY,
     Envelope,
     EvaluationCompleted,
     EvaluationFailed,
@@ -304,10 +305,14 @@ async def _publish_and_wait(
         async def on_event(envelope: Envelope) -> None:
             watch(envelope.type, envelope.payload)
 
-        # Every evaluation's events (the experiment's members carry its id, not its stream).
+        # Every evaluation's events (the experiment's members carry its id, not its stream),
+        # and the workers' progress notifications between them.
         await client.subscribe(
             runtime.topology.queue("cli", uuid.uuid4().hex),
-            [Binding(runtime.topology.events, "evaluation.*")],
+            [
+                Binding(runtime.topology.events, "evaluation.*"),
+                Binding(runtime.topology.jobs, PROGRESS_KEY),
+            ],
             on_event,
             durable=False,
         )

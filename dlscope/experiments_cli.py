@@ -13,7 +13,8 @@ from pydantic import TypeAdapter, ValidationError
 from rich.table import Table
 
 from dlscope.gateway_client import gateway_client, submitted, until_settled
-from dlscope.terminal import EvaluationProgress, console, fail
+from dlscope.live import LiveEvaluations
+from dlscope.terminal import console, fail
 from dlscope.zoo_cli import build_on_first_use
 from shared.config import Settings
 from shared.errors import DlscopeError
@@ -178,7 +179,7 @@ def run_experiment(request: ExperimentRequested, json_path: Path | None) -> None
     settings = embedded_settings(Settings())
     model = request.models[0].model
     build_on_first_use(model, settings.home)
-    with EvaluationProgress() as progress:
+    with LiveEvaluations() as progress:
         try:
             outcome = uvloop.run(experiment(settings, request, watch=progress.observe))
         except DlscopeError as exc:

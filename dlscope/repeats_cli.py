@@ -9,6 +9,7 @@ written with ``--json`` differ by more than their noise.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -16,9 +17,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import Progress
 from rich.table import Table
 
-from dlscope.terminal import console, fail, progress
+from dlscope.live import LINES_ENV, LiveEvaluations, columns, parse_line
+from dlscope.terminal import console, errors, fail
 from shared.measurement import compare, summarize_repetitions
 from shared.measurement.validity import ValidityThresholds
 
@@ -61,28 +64,45 @@ def run_arguments(argv: list[str]) -> list[str]:
     return kept
 
 
+def _run_child(command: list[str], live: LiveEvaluations) -> tuple[int, str]:
+    """Run one repetition, drawing its progress (the lines it writes for us on stderr) in
+    ``live``; its exit status and the rest of its stderr."""
+    environment = {**os.environ, LINES_ENV: "lines"}
+    rest: list[str] = []
+    with subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment
+    ) as child:
+        assert child.stderr is not None
+        for line in child.stderr:
+            event = parse_line(line)
+            if event is None:
+                rest.append(line)
+            else:
+                live.observe(*event)
+    live.forget()
+    return child.returncode, "".join(rest)
+
+
 def run_repeated(arguments: list[str], repeats: int) -> None:
     """Run ``dlscope run <arguments>`` ``repeats`` times, each in its own process."""
     runs: list[list[int]] = []
     percentile = 0.9
     with (
         tempfile.TemporaryDirectory(prefix="dlscope-repeat-") as scratch,
-        progress() as bar,
+        Progress(*columns(), console=errors) as bar,
     ):
         # Runs take alike: the time left is the mean of those done times those to come.
         task = bar.add_task(f"{repeats} runs, each in a fresh process", total=repeats)
         for number in range(1, repeats + 1):
             result = Path(scratch) / f"{number}.json"
             bar.update(task, description=f"run {number} of {repeats}, in a fresh process")
-            child = subprocess.run(
+            status, stderr = _run_child(
                 [sys.executable, "-m", "dlscope", "run", *arguments, "--json", str(result)],
-                capture_output=True,
-                text=True,
-                check=False,
+                LiveEvaluations(bar),
             )
             bar.advance(task)
-            if child.returncode != 0:
-                raise fail(f"run {number} of {repeats} failed: {child.stderr.strip()}", 1)
+            if status != 0:
+                raise fail(f"run {number} of {repeats} failed: {stderr.strip()}", 1)
             latencies, percentile = _latencies(json.loads(result.read_text()), f"run {number}")
             runs.append(latencies)
     summary = summarize_repetitions(runs, percentile=percentile)

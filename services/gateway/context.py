@@ -12,6 +12,7 @@ from typing import TypeVar
 from opentelemetry.trace import Tracer
 from starlette.requests import Request
 
+from services.gateway.progress import ProgressFeed
 from shared.config import Settings
 from shared.errors import BrokerUnavailable
 from shared.eventstore import EventStore
@@ -47,6 +48,7 @@ class GatewayContext:
     bus: Bus
     store: EventStore
     tracer: Tracer
+    progress: ProgressFeed = field(default_factory=ProgressFeed)
     accepted: OrderedDict[uuid.UUID, None] = field(default_factory=OrderedDict)
 
     def remember_accepted(self, key: uuid.UUID) -> None:

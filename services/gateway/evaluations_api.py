@@ -131,7 +131,8 @@ async def get_evaluation(evaluation_id: uuid.UUID, context: Context) -> Evaluati
     responses={
         200: {
             "description": "The stored events in order; with 'Accept: text/event-stream', "
-            "server-sent events that follow the evaluation until it completes or fails",
+            "server-sent events that follow the evaluation until it completes or fails, with "
+            "the worker's progress notifications between them (event: evaluation.progress)",
             "content": {"text/event-stream": {}},
         },
         **NotFound,
@@ -142,7 +143,13 @@ async def evaluation_events(
 ) -> list[EvaluationEventOut] | StreamingResponse:
     if "text/event-stream" in request.headers.get("accept", ""):
         return StreamingResponse(
-            follow(context.store, evaluation_stream(evaluation_id), request),
+            follow(
+                context.store,
+                evaluation_stream(evaluation_id),
+                request,
+                progress=context.progress,
+                evaluation_id=evaluation_id,
+            ),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache"},
         )

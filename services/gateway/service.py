@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from services.gateway.app import GatewayContext, create_app
+from services.gateway.progress import ProgressFeed
 from shared.eventstore import EventStore
 from shared.runtime import Runtime
 
@@ -37,12 +38,15 @@ class GatewayService:
     async def start(self) -> None:
         self._store = EventStore.from_url(self._runtime.settings.resolved_database_url)
         await self._bus.start()
+        progress = ProgressFeed()
+        await progress.listen(self._bus)
         app = create_app(
             GatewayContext(
                 settings=self._runtime.settings,
                 bus=self._bus,
                 store=self._store,
                 tracer=self._runtime.telemetry.tracer,
+                progress=progress,
             )
         )
         config = uvicorn.Config(

@@ -25,12 +25,14 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any
 
 from services.workers.session import Described
 from shared.errors import ArtifactError, ConfigurationError, PredictorError
+from shared.measurement.progress import Step
 
 __all__ = ["FrameworkCrashed", "FrameworkProcess"]
 
@@ -71,6 +73,7 @@ class FrameworkProcess:
         self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self._described: Described | None = None
         self._phase = "starting"
+        self._doing = self._phase  # the phase and its part ("running the scenario: warming up")
         self._lock = asyncio.Lock()
 
     @property
@@ -95,21 +98,23 @@ class FrameworkProcess:
         async with self._lock:
             return await self._ensure_started()
 
-    async def call(self, target: str, *args: Any) -> Any:
+    async def call(
+        self, target: str, *args: Any, on_step: Callable[[Step], Awaitable[None]] | None = None
+    ) -> Any:
         """``target(session, *args)`` in the framework process (``"module:function"``);
         its errors come back as ours (ArtifactError, PredictorError), its death as
-        FrameworkCrashed."""
+        FrameworkCrashed. ``on_step`` is told each step the function reports."""
         async with self._lock:
             await self._ensure_started()
             assert self._connection is not None
             assert self._inbox is not None
-            self._phase = f"running {target.rpartition(':')[2]}"
+            self._phase = self._doing = f"running {target.rpartition(':')[2]}"
             await asyncio.to_thread(self._connection.send, ("call", target, args))
             try:
                 async with asyncio.timeout(self._deadline_s):
-                    return await self._answer()
+                    return await self._answer(on_step)
             except TimeoutError:
-                phase = self._phase
+                phase = self._doing
                 await self._kill()
                 raise FrameworkCrashed(
                     f"the {self.framework} process did not finish within {self._deadline_s:g} s"
@@ -167,7 +172,7 @@ class FrameworkProcess:
         self._connection = Connection(os.dup(parent.fileno()))
         self._inbox = asyncio.Queue()
         self._tail.clear()
-        self._phase = f"importing {self.framework}"
+        self._phase = self._doing = f"importing {self.framework}"
         loop = asyncio.get_running_loop()
         assert self._process.stdout is not None
         self._readers = [
@@ -211,11 +216,15 @@ class FrameworkProcess:
         )
         return self._described
 
-    async def _answer(self) -> Any:
+    async def _answer(self, on_step: Callable[[Step], Awaitable[None]] | None) -> Any:
         while True:
             kind, *rest = await self._next()
             if kind == "progress":
-                self._phase = rest[0]
+                step: Step = rest[0]
+                # The phase ("running the scenario") answers `phase`; a crash names the part too.
+                self._phase, self._doing = step.phase, str(step)
+                if on_step is not None:
+                    await on_step(step)
             elif kind == "ok":
                 return rest[0]
             elif kind == "error":
@@ -228,7 +237,7 @@ class FrameworkProcess:
         message = await self._inbox.get()
         if message[0] != "eof":
             return message
-        phase = self._phase
+        phase = self._doing
         status = await self._exit_status()
         self._forget()
         raise FrameworkCrashed(

@@ -25,10 +25,13 @@ from services.workers.tracing import record_trace
 from shared.artifacts import ArtifactCache
 from shared.errors import ArtifactError, BrokerUnavailable, DlscopeError
 from shared.manifests import matches
+from shared.measurement.progress import Step
 from shared.messages import (
+    PROGRESS_KEY,
     Envelope,
     EvaluationMeasured,
     EvaluationProfiled,
+    EvaluationProgress,
     EvaluationStarted,
     FailureStage,
     Payload,
@@ -113,7 +116,11 @@ class JobRunner:
                     attempt=attempt,
                 )
             )
-            failure = await self._measure(job, publish, captured, attempt)
+
+            async def tell(step: Step) -> None:
+                await self._tell(envelope, job, step, attempt)
+
+            failure = await self._measure(job, publish, tell, captured, attempt)
             if failure is not None:
                 stage, reason = failure
                 log.warning("evaluation %s failed at %s: %s", job.evaluation_id, stage, reason)
@@ -138,13 +145,48 @@ class JobRunner:
             cap=10.0,
         )
 
+    async def _tell(
+        self, job_message: Envelope, job: RunEvaluation, step: Step, attempt: int
+    ) -> None:
+        """Tell whoever watches where the job is: a notification, not an event, so one the
+        broker cannot take now is dropped rather than waited for (the measurement goes on)."""
+        notice = job_message.caused(
+            EvaluationProgress(
+                evaluation_id=job.evaluation_id,
+                agent_id=self.agent_id,
+                phase=step.phase,
+                part=step.part,
+                expected_s=step.expected_s,
+                limit_s=step.limit_s,
+                experiment_id=job.experiment_id,
+                attempt=attempt,
+            ),
+            producer=self.name,
+            key=uuid.uuid4().hex,
+        )
+        try:
+            await self._bus.publish(
+                notice,
+                exchange=self._bus.topology.jobs,
+                routing_key=PROGRESS_KEY,
+                persistent=False,
+            )
+        except DlscopeError as exc:
+            log.debug("progress of %s not told: %s", job.evaluation_id, exc)
+
     async def _measure(
-        self, job: RunEvaluation, publish: Publish, captured: dict[str, Any], attempt: int
+        self,
+        job: RunEvaluation,
+        publish: Publish,
+        tell: Callable[[Step], Awaitable[None]],
+        captured: dict[str, Any],
+        attempt: int,
     ) -> tuple[FailureStage, str] | None:
         """Measure ``job`` and publish what was measured; or the stage and reason it failed."""
         unsupported = self._unsupported(job)
         if unsupported is not None:
             return "validation", unsupported
+        await tell(Step("fetching the model"))
         try:
             path = await asyncio.to_thread(self._artifacts.fetch, job.manifest.source)
         except ArtifactError as exc:
@@ -155,6 +197,7 @@ class JobRunner:
                 job,
                 str(path),
                 str(self._results_dir / str(job.evaluation_id)),
+                on_step=tell,
             )
         except ArtifactError as exc:  # the dataset's files
             return "artifact", str(exc)

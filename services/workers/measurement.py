@@ -33,6 +33,7 @@ from shared.errors import DlscopeError, PredictorError
 from shared.manifests import ModelManifest
 from shared.measurement import ScenarioResult, check_sample_count, run_scenario
 from shared.measurement.loadgen import LoadgenResult, run_loadgen
+from shared.measurement.progress import OnStep, Step, ignore_steps
 from shared.messages import AccuracyMeasurement, LayerTiming, OutputFingerprint, RunEvaluation
 from shared.processing import postprocess
 
@@ -41,7 +42,6 @@ __all__ = ["ACCURACY_BATCH", "Run", "measure"]
 Predict = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 # Tells the supervising process what the session is doing, so that a crash can be named
 # by its phase ("while loading the model"). Called between phases, never in a timed loop.
-Progress = Callable[[str], None]
 # Accuracy runs the whole dataset through the model in batches of this size (a model with a
 # fixed batch dimension gets its own), independent of the timed scenario's query sizes.
 ACCURACY_BATCH = 32
@@ -66,7 +66,7 @@ def measure(
     path: Path,
     *,
     results_dir: Path,
-    progress: Progress = lambda phase: None,
+    on_step: OnStep = ignore_steps,
 ) -> Run:
     """Load the model, run the scenario, then (with a dataset) measure accuracy, then record
     the output fingerprint, then run the traced passes the job's trace level asks for.
@@ -74,7 +74,7 @@ def measure(
     The queries run on inputs built before timing starts, one batch per query size the
     scenario uses: the dataset's first samples, or seeded synthetic inputs. So a latency
     is the framework call on ready inputs and nothing else."""
-    progress("preparing the inputs")
+    on_step(Step("preparing the inputs"))
     scenario = job.scenario.measurement()
     dataset = None if job.dataset is None else load_dataset(job.dataset, job.split)
     sample_count = len(dataset) if dataset is not None else SYNTHETIC_SAMPLES
@@ -86,7 +86,7 @@ def measure(
     # The fingerprint's fixed input set: the dataset's first batch, made once up front.
     first = None if dataset is None else next(batches(job.manifest, dataset, ACCURACY_BATCH))
     predictor = factory.create()
-    progress("loading the model")
+    on_step(Step("loading the model"))
     start = time.perf_counter_ns()
     predictor.open(job.manifest, path, hardware=job.hardware)
     load_ns = time.perf_counter_ns() - start
@@ -100,7 +100,6 @@ def measure(
                 inputs = {name: array[: len(samples)] for name, array in largest.items()}
             return predict(inputs)
 
-        progress("running the scenario")
         native = loadgen = None
         if job.scenario.driver == "loadgen":
             loadgen = run_loadgen(
@@ -109,16 +108,19 @@ def measure(
                 output_dir=results_dir,
                 sample_count=sample_count,
                 load_ns=load_ns,
+                on_step=on_step,
             )
         else:
-            native = run_scenario(scenario, run_query, sample_count=sample_count, load_ns=load_ns)
+            native = run_scenario(
+                scenario, run_query, sample_count=sample_count, load_ns=load_ns, on_step=on_step
+            )
         accuracy = None
         if dataset is not None:
-            progress("measuring accuracy")
+            on_step(Step("measuring accuracy"))
             accuracy = measure_accuracy(
                 predict, job.manifest, dataset, batches(job.manifest, dataset, ACCURACY_BATCH)
             )
-        progress("recording the output fingerprint")
+        on_step(Step("recording the output fingerprint"))
         fingerprint = _fingerprint(predict, job, dataset, first)
         smallest = min(by_size)
         tracing = trace(
@@ -130,7 +132,7 @@ def measure(
                 job.manifest, dataset, smallest, seed=job.scenario.seed
             ),
             postprocess=lambda outputs: _postprocess(job.manifest, outputs),
-            progress=progress,
+            on_step=on_step,
         )
         return Run(load_ns, native, loadgen, accuracy, fingerprint, tracing.one_query, tracing)
     except DlscopeError:
@@ -140,7 +142,7 @@ def measure(
             f"{predictor.framework} failed running {job.manifest.ref}: {exc}"
         ) from exc
     finally:
-        progress("closing the model")
+        on_step(Step("closing the model"))
         predictor.close()
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from services.workers.layer_stats import layer_stats
 from services.workers.predictors import LayerProfiler, Predictor, Profiles, Unavailable
+from shared.measurement.progress import OnStep, Step
 from shared.messages import (
     LayerTiming,
     LevelOutcome,
@@ -49,7 +50,6 @@ __all__ = [
 
 Inputs = dict[str, np.ndarray]
 Predict = Callable[[Inputs], list[np.ndarray]]
-Progress = Callable[[str], None]
 
 # The untraced reference before each pass runs at least this many queries.
 REFERENCE_QUERIES = 10
@@ -113,7 +113,7 @@ def trace(
     inputs: Inputs,
     make_inputs: Callable[[], Inputs],
     postprocess: Callable[[list[np.ndarray]], object],
-    progress: Progress,
+    on_step: OnStep,
 ) -> Tracing:
     """The passes ``level`` asks for, each of ``queries`` queries on ``inputs`` (the model pass
     makes its inputs with ``make_inputs`` each query, as a pipeline would)."""
@@ -123,7 +123,7 @@ def trace(
     if not includes(level, "model"):
         return Tracing(level, tuple(outcomes))
     reference_queries = max(queries, REFERENCE_QUERIES)
-    progress("tracing: model level")
+    on_step(Step("tracing", "tracing at the model level"))
     reference = _reference(predictor.predict, inputs, reference_queries)
     model = _model_pass(predictor.predict, queries, inputs, make_inputs, postprocess)
     predict_p50 = _median(
@@ -141,7 +141,7 @@ def trace(
         if isinstance(profiler, Unavailable):
             outcomes.append(LevelOutcome(level=deeper, captured=False, reason=profiler.reason))
             continue
-        progress(f"tracing: {deeper} level ({profiler.source})")
+        on_step(Step("tracing", f"tracing at the {deeper} level ({profiler.source})"))
         reference = _reference(predictor.predict, inputs, reference_queries)
         try:
             traced, durations = _profiled_pass(profiler, deeper, inputs, queries)

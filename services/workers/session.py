@@ -10,7 +10,7 @@ The conversation on the connection ``N`` (pickled tuples):
     child  -> ("hello", Described)                 framework imported, device looked at
            or ("unavailable", reason)              the framework cannot be imported here
     parent -> ("call", "module:function", args)    run function(session, *args)
-    child  -> ("progress", phase)*                 between phases, never inside a timed loop
+    child  -> ("progress", Step)*                  between steps, never inside a timed loop
            -> ("ok", value) | ("error", kind, message)
 
 Called functions take a ``Session`` first: the framework's predictor factory, a way to
@@ -36,6 +36,7 @@ from services.workers.environment import framework_build
 from services.workers.measurement import Run, measure
 from services.workers.predictors import PredictorFactory, predictor_factory
 from shared.errors import ArtifactError, DlscopeError
+from shared.measurement.progress import OnStep
 from shared.messages import RunEvaluation
 
 __all__ = ["Described", "Session", "main", "measure_job"]
@@ -57,18 +58,19 @@ class Described:
 
 @dataclass
 class Session:
-    """What a called function gets: the framework, a progress line, state between calls."""
+    """What a called function gets: the framework, where to report its steps, state between
+    calls."""
 
     factory: PredictorFactory
     hardware: str
-    progress: Callable[[str], None]
+    on_step: OnStep
     state: dict[str, Any] = field(default_factory=dict)
 
 
 def measure_job(session: Session, job: RunEvaluation, path: str, results_dir: str) -> Run:
     """One evaluation job's measurement (``services.workers.measurement.measure``)."""
     return measure(
-        session.factory, job, Path(path), results_dir=Path(results_dir), progress=session.progress
+        session.factory, job, Path(path), results_dir=Path(results_dir), on_step=session.on_step
     )
 
 
@@ -95,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     described = Described(version, device, framework_build(args.framework), os.getpid())
     connection.send(("hello", described))
     session = Session(
-        factory, args.hardware, progress=lambda phase: connection.send(("progress", phase))
+        factory, args.hardware, on_step=lambda step: connection.send(("progress", step))
     )
     _serve(connection, session)
 

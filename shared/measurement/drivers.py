@@ -8,12 +8,20 @@ harness's own overhead beside the latencies.
 from __future__ import annotations
 
 import math
-import statistics
 import time
 
 import numpy as np
 
 from shared.measurement.overhead import HarnessOverhead, null_query_floor_ns
+from shared.measurement.progress import (
+    OnStep,
+    expected_timed_s,
+    ignore_steps,
+    sweep_label,
+    timed_queries,
+    typical_ns,
+    warming_up,
+)
 from shared.measurement.queries import RunQuery, SampleOrder, timed
 from shared.measurement.results import ScenarioResult, StopReason, TimedPhase
 from shared.measurement.scenarios import (
@@ -49,24 +57,29 @@ def run_scenario(
     *,
     sample_count: int = 1,
     load_ns: int | None = None,
+    on_step: OnStep = ignore_steps,
 ) -> ScenarioResult:
     """Run ``scenario`` against ``run_query`` over a dataset of ``sample_count`` samples.
-    ``load_ns`` is the model's load time as the caller measured it, kept with the result."""
+    ``load_ns`` is the model's load time as the caller measured it, kept with the result;
+    ``on_step`` is told as each warm-up and timed phase begins."""
     check_sample_count(scenario, sample_count)
     floor_ns = null_query_floor_ns()
     phases: list[TimedPhase]
     if isinstance(scenario, SingleStream | MultiStream):
         samples = SampleOrder(sample_count, scenario.samples_per_query, scenario.seed)
         phases = [
-            _closed_loop_phase(scenario, run_query, samples, floor_ns, scenario.samples_per_query)
+            _closed_loop_phase(
+                scenario, run_query, samples, floor_ns, scenario.samples_per_query, on_step
+            )
         ]
     elif isinstance(scenario, Server):
         samples = SampleOrder(sample_count, 1, scenario.seed)
-        phases = [run_server(scenario, run_query, samples.next, floor_ns)]
+        phases = [run_server(scenario, run_query, samples.next, floor_ns, on_step=on_step)]
     elif isinstance(scenario, Offline):
         samples = SampleOrder(sample_count, scenario.batch_size, scenario.seed)
-        phases = [_offline_phase(scenario, run_query, samples, floor_ns)]
+        phases = [_offline_phase(scenario, run_query, samples, floor_ns, on_step)]
     else:
+        sizes = scenario.batch_sizes
         phases = [
             _closed_loop_phase(
                 scenario,
@@ -74,8 +87,10 @@ def run_scenario(
                 SampleOrder(sample_count, batch_size, scenario.seed),
                 floor_ns,
                 batch_size,
+                on_step,
+                sweep_label(batch_size, number, len(sizes)),
             )
-            for batch_size in scenario.batch_sizes
+            for number, batch_size in enumerate(sizes, start=1)
         ]
     return ScenarioResult(
         scenario=scenario, sample_count=sample_count, load_ns=load_ns, phases=tuple(phases)
@@ -88,12 +103,23 @@ def _closed_loop_phase(
     samples: SampleOrder,
     floor_ns: float,
     samples_per_query: int,
+    on_step: OnStep,
+    label: str = "",
 ) -> TimedPhase:
     """Queries back to back: each issued when the previous one completes."""
     timed_query = timed(run_query, samples.next)
+    on_step(warming_up(scenario, label))
     first_ns = timed_query()
     warmup = warm_up(timed_query, scenario.warmup)
     adaptive = None if isinstance(scenario, BatchSweep) else scenario.adaptive
+    expected_s = expected_timed_s(
+        per_query_ns=typical_ns(warmup.latencies_ns, first_ns),
+        min_queries=scenario.min_query_count,
+        min_duration_s=scenario.min_duration_s,
+        max_duration_s=scenario.max_duration_s,
+    )
+    # Adaptive stopping may go on past the minimums: the estimate is then a floor.
+    on_step(timed_queries(scenario, label, expected_s))
     latencies, duration_ns, stopped_by = _timed_loop(
         run_query,
         samples,
@@ -164,13 +190,14 @@ def _narrow_enough(latencies: list[int], p: float, adaptive: AdaptiveStop, seed:
 
 
 def _offline_phase(
-    scenario: Offline, run_query: RunQuery, samples: SampleOrder, floor_ns: float
+    scenario: Offline, run_query: RunQuery, samples: SampleOrder, floor_ns: float, on_step: OnStep
 ) -> TimedPhase:
     """All samples at once, run back to back in batches; sized from the warm-up's rate."""
     timed_query = timed(run_query, samples.next)
+    on_step(warming_up(scenario))
     first_ns = timed_query()
     warmup = warm_up(timed_query, scenario.warmup)
-    batch_ns = statistics.median(warmup.latencies_ns) if warmup.latencies_ns else first_ns
+    batch_ns = typical_ns(warmup.latencies_ns, first_ns)
     expected_per_s = scenario.batch_size * 1e9 / max(batch_ns, 1)
     wanted = max(
         scenario.min_sample_count,
@@ -178,6 +205,7 @@ def _offline_phase(
     )
     batches = math.ceil(wanted / scenario.batch_size)
     max_ns = int(scenario.max_duration_s * 1e9)
+    on_step(timed_queries(scenario, "", min(batches * batch_ns / 1e9, scenario.max_duration_s)))
 
     clock = time.perf_counter_ns
     next_query = samples.next

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import queue
 import re
-import statistics
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +24,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.errors import ConfigurationError
+from shared.measurement.progress import (
+    OnStep,
+    ignore_steps,
+    sweep_label,
+    timed_queries,
+    typical_ns,
+    warming_up,
+)
 from shared.measurement.queries import RunQuery, SampleOrder, timed
 from shared.measurement.scenarios import (
     BatchSweep,
@@ -77,18 +84,35 @@ def run_loadgen(
     output_dir: Path,
     sample_count: int = 1,
     load_ns: int | None = None,
+    on_step: OnStep = ignore_steps,
 ) -> LoadgenResult:
     """Run ``scenario`` under LoadGen; its logs go to ``output_dir`` (one subdirectory per
-    batch size for a sweep)."""
+    batch size for a sweep). ``on_step`` is told as each warm-up and LoadGen run begins."""
     check_sample_count(scenario, sample_count)
     if isinstance(scenario, BatchSweep):
+        sizes = scenario.batch_sizes
         phases = tuple(
-            _run_phase(scenario, run_query, sample_count, output_dir / f"batch-{size}", size)
-            for size in scenario.batch_sizes
+            _run_phase(
+                scenario,
+                run_query,
+                sample_count,
+                output_dir / f"batch-{size}",
+                size,
+                on_step,
+                sweep_label(size, number, len(sizes)),
+            )
+            for number, size in enumerate(sizes, start=1)
         )
     else:
         phases = (
-            _run_phase(scenario, run_query, sample_count, output_dir, scenario.samples_per_query),
+            _run_phase(
+                scenario,
+                run_query,
+                sample_count,
+                output_dir,
+                scenario.samples_per_query,
+                on_step,
+            ),
         )
     return LoadgenResult(
         scenario=scenario, sample_count=sample_count, load_ns=load_ns, phases=phases
@@ -114,12 +138,17 @@ def _run_phase(
     sample_count: int,
     output_dir: Path,
     samples_per_query: int,
+    on_step: OnStep,
+    label: str = "",
 ) -> LoadgenPhase:
     lg = _loadgen()
     timed_query = timed(run_query, SampleOrder(sample_count, samples_per_query, scenario.seed).next)
+    on_step(warming_up(scenario, label))
     first_ns = timed_query()
     warmup = warm_up(timed_query, scenario.warmup)
-    query_ns = statistics.median(warmup.latencies_ns) if warmup.latencies_ns else first_ns
+    query_ns = typical_ns(warmup.latencies_ns, first_ns)
+    # LoadGen decides when it has enough; its minimum duration is the floor of the wait.
+    on_step(timed_queries(scenario, f"{label} (LoadGen)", scenario.min_duration_s))
 
     settings = _settings(scenario, sample_count, max(int(query_ns), 1))
     # A sweep's LoadGen sample stands for a batch; elsewhere LoadGen sizes the queries.

@@ -32,6 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from shared.measurement.overhead import HarnessOverhead, server_dispatch_ns
+from shared.measurement.progress import OnStep, ignore_steps, timed_queries, warming_up
 from shared.measurement.queries import RunQuery, timed
 from shared.measurement.results import TimedPhase
 from shared.measurement.scenarios import Server
@@ -67,9 +68,12 @@ def run_server(
     run_query: RunQuery,
     next_samples: Callable[[], list[int]],
     floor_ns: float,
+    *,
+    on_step: OnStep = ignore_steps,
 ) -> TimedPhase:
     clock = time.perf_counter_ns
     timed_query = timed(run_query, next_samples)
+    on_step(warming_up(scenario))
     first_ns = timed_query()
     # Warm-up back to back: its purpose is to settle the model, not to rehearse the arrivals.
     warmup = warm_up(timed_query, scenario.warmup)
@@ -80,6 +84,9 @@ def run_server(
         min_count=scenario.min_query_count,
         min_duration_ns=int(scenario.min_duration_s * 1e9),
     )
+    # The schedule fixes the duration: the last arrival, plus the queries still waiting.
+    last_s = float(arrivals[-1]) / 1e9 if len(arrivals) else 0.0
+    on_step(timed_queries(scenario, "", min(last_s, scenario.max_duration_s)))
     origin = clock() + _LEAD_NS
     log = _Log(
         (arrivals + origin).tolist(), deadline_ns=origin + int(scenario.max_duration_s * 1e9)

@@ -76,6 +76,7 @@ from shared.messages.profiling import (
     LevelOutcome,
     ProfiledPass,
 )
+from shared.messages.progress import PROGRESS_KEY, EvaluationProgress
 from shared.messages.registry import (
     ArtifactDeprecated,
     ArtifactRegistered,
@@ -107,6 +108,7 @@ __all__ = [
     "HARDWARE",
     "MAX_FIGURE_IDS",
     "PROFILED_LEVELS",
+    "PROGRESS_KEY",
     "SCENARIOS",
     "TRACE_LEVELS",
     "UNAVAILABLE",
@@ -129,6 +131,7 @@ __all__ = [
     "EvaluationHistory",
     "EvaluationMeasured",
     "EvaluationProfiled",
+    "EvaluationProgress",
     "EvaluationRequested",
     "EvaluationScheduled",
     "EvaluationStarted",

@@ -15,6 +15,7 @@ import httpx
 import pytest
 import yaml
 
+from dlscope.live import parse_line
 from dlscope.local import eventually, free_port
 from shared.config import REPOSITORY_ROOT
 
@@ -35,9 +36,9 @@ source: {uri: net.onnx, sha256: 770b0f3c8623e18bf58b53754d710051b4c2682484221429
 """
 
 
-def dlscope(home: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+def dlscope(home: Path, *arguments: str, **variables: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
-    environment.update(DLSCOPE_HOME=str(home), COLUMNS="120")
+    environment.update(DLSCOPE_HOME=str(home), COLUMNS="120", **variables)
     return subprocess.run(
         [sys.executable, "-m", "dlscope", *arguments],
         env=environment,
@@ -240,8 +241,26 @@ def test_the_zoo_digits_model_reaches_its_recorded_accuracy_through_the_worker(
         "32",
         "--json",
         str(result_file),
+        # As `--repeat` runs it: the progress as lines on stderr, for a parent to draw.
+        DLSCOPE_PROGRESS="lines",
     )
     assert run.returncode == 0, run.stderr
+    told = [event for line in run.stderr.splitlines() if (event := parse_line(line))]
+    steps = [p.get("part") or p["phase"] for kind, p in told if kind == "evaluation.progress"]
+    assert steps == [
+        "fetching the model",
+        "preparing the inputs",
+        "loading the model",
+        "warming up, batch 32",
+        "timed queries, batch 32",
+        "measuring accuracy",
+        "recording the output fingerprint",
+        "tracing at the model level",
+        "closing the model",
+    ]
+    kinds = [kind for kind, _ in told]
+    assert kinds.index("evaluation.started") < kinds.index("evaluation.progress")
+    assert kinds[-1] == "evaluation.completed"
     accuracy = json.loads(result_file.read_text())["evaluation"]["result"]["accuracy"]
     assert accuracy["samples"] == 360
     assert accuracy["top1"] == pytest.approx(expected, abs=1e-9)

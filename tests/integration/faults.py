@@ -8,13 +8,15 @@ import sys
 import time
 from typing import Any
 
+from shared.measurement.progress import Step
+
 
 def pid(session: Any) -> int:
     return os.getpid()
 
 
 def abort(session: Any) -> None:
-    session.progress("building the program")
+    session.on_step(Step("building the program"))
     print("about to abort, as a native library would", file=sys.stderr, flush=True)
     os.abort()
 
@@ -25,7 +27,7 @@ def exit_with(session: Any, status: int) -> None:
 
 
 def hang(session: Any) -> None:
-    session.progress("waiting forever")
+    session.on_step(Step("waiting forever"))
     time.sleep(3600)
 
 

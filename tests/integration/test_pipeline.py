@@ -262,19 +262,41 @@ async def test_an_unknown_evaluation_is_not_found(stack: Stack) -> None:
 
 
 async def test_a_client_follows_an_evaluation_as_server_sent_events(stack: Stack) -> None:
-    accepted = await submit(stack.http)
+    # Timed for 1.5 s: long enough that the stream (read every 0.1 s) shows that step.
+    accepted = await submit(stack.http, scenario={"min_duration_s": 1.5, "max_duration_s": 30})
     url = f"/v1/evaluations/{accepted['id']}/events"
-    received: list[tuple[str, dict[str, Any]]] = []
+    received: list[tuple[str, dict[str, Any], bool]] = []  # type, data, has an id
     async with stack.http.stream("GET", url, headers={"accept": "text/event-stream"}) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
-        event_type = ""
+        event_type, has_id = "", False
         async for line in response.aiter_lines():  # the server ends the stream at the outcome
-            if line.startswith("event: "):
+            if line.startswith("id: "):
+                has_id = True
+            elif line.startswith("event: "):
                 event_type = line.removeprefix("event: ")
             elif line.startswith("data: "):
-                received.append((event_type, orjson.loads(line.removeprefix("data: "))))
-    assert [t for t, _ in received] == LIFECYCLE
-    assert [d["version"] for _, d in received] == [1, 2, 3, 4, 5]
+                data = orjson.loads(line.removeprefix("data: "))
+                received.append((event_type, data, has_id))
+                has_id = False
+    stored = [(t, d) for t, d, has_id in received if has_id]
+    assert [t for t, _ in stored] == LIFECYCLE
+    assert [d["version"] for _, d in stored] == [1, 2, 3, 4, 5]
+
+    # Between started and measured, the worker's steps, which are not stored (no id).
+    kinds = [t for t, _, _ in received]
+    told = [d for t, d, has_id in received if t == "evaluation.progress"]
+    assert all(not has_id for t, _, has_id in received if t == "evaluation.progress")
+    first, last = (
+        kinds.index("evaluation.progress"),
+        len(kinds) - kinds[::-1].index("evaluation.progress"),
+    )
+    assert kinds.index("evaluation.started") < first
+    assert last <= kinds.index("evaluation.measured")
+    timed = [d for d in told if d["part"] == "timed queries"]
+    assert timed, [d["part"] or d["phase"] for d in told]
+    assert timed[0]["phase"] == "running the scenario"
+    assert timed[0]["evaluation_id"] == accepted["id"]
+    assert 1.5 <= timed[0]["expected_s"] <= timed[0]["limit_s"] == 30
 
     # Reconnecting with Last-Event-ID resumes after the events already seen.
     headers = {"accept": "text/event-stream", "last-event-id": "3"}

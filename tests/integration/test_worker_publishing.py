@@ -56,10 +56,12 @@ async def test_a_measurement_is_published_when_the_broker_is_back(
     measured: list[str] = []
     call = FrameworkProcess.call
 
-    async def counted(self: FrameworkProcess, function: str, *arguments: Any) -> Any:
+    async def counted(
+        self: FrameworkProcess, function: str, *arguments: Any, **options: Any
+    ) -> Any:
         if function.endswith(":measure_job"):
             measured.append(function)
-        return await call(self, function, *arguments)
+        return await call(self, function, *arguments, **options)
 
     monkeypatch.setattr(FrameworkProcess, "call", counted)
     accepted = (

@@ -283,6 +283,12 @@
         return "started on " + payload.agent_id + " (host " + payload.host + ")";
       case "evaluation.profiled":
         return "layers profiled (" + payload.trace_level + ")";
+      case "evaluation.progress": {
+        // The worker's step; how long it should take, when the worker said.
+        const about = payload.expected_s ? ", about " + payload.expected_s.toFixed(1) + " s" : "";
+        const most = payload.limit_s && !payload.expected_s ? ", at most " + payload.limit_s + " s" : "";
+        return (payload.part || payload.phase) + about + most;
+      }
       case "evaluation.measured":
         return "measured; computing the statistics";
       case "evaluation.completed":
@@ -304,6 +310,10 @@
         if (TERMINAL.includes(type)) source.close();
       });
     }
+    // Progress notifications are not stored events: their data is the payload itself.
+    source.addEventListener("evaluation.progress", (message) => {
+      onEvent("evaluation.progress", JSON.parse(message.data));
+    });
     return source;
   }
 
@@ -340,7 +350,8 @@
       stream(accepted.id, (type, payload) => {
         note(describeEvent(type, payload));
         const state = type.split(".")[1];
-        status.textContent = state === "started" || state === "measured" ? "running" : state;
+        const running = ["started", "progress", "measured"].includes(state);
+        status.textContent = running ? "running" : state;
         status.className = "badge " + status.textContent;
         if (TERMINAL.includes(type)) done(state, "/evaluations/" + accepted.id);
       });
