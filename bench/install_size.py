@@ -21,18 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dlscope.local import copy_package_sources
+
 __all__ = ["run"]
 
-ROOT = Path(__file__).resolve().parent.parent
-SOURCES = (
-    "pyproject.toml",
-    "README.md",
-    "dlscope",
-    "services",
-    "shared",
-    "manifests",
-    "migrations",
-)
 CONFIGURATIONS = {"control plane": "", "onnxruntime worker": "[onnxruntime]", "all": "[all]"}
 FRAMEWORK_MODULES = ("onnxruntime", "onnx", "torch", "tensorflow", "pyopencl", "mlperf_loadgen")
 CONTROL_PLANE = (
@@ -93,13 +85,7 @@ def _measure() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="dlscope-install-") as temporary:
         workdir = Path(temporary)
         source = workdir / "source"
-        source.mkdir()
-        for name in SOURCES:
-            path = ROOT / name
-            if path.is_dir():
-                shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(path, source / name)
+        copy_package_sources(source)
         results = {}
         for label, extras in CONFIGURATIONS.items():
             target = workdir / label.replace(" ", "-")

@@ -29,6 +29,7 @@ __all__ = [
     "SERVICES",
     "Deployment",
     "PrivatePostgres",
+    "copy_package_sources",
     "eventually",
     "fresh_database",
     "private_postgres",
@@ -238,6 +239,30 @@ async def purge_namespace(url: str, namespace: str, *, recorder_partitions: int 
             topology.dlx,
         ):
             await channel.exchange_delete(exchange)
+
+
+# What a source checkout holds that a wheel is built from (not .venv, tests or caches).
+PACKAGE_SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "dlscope",
+    "services",
+    "shared",
+    "manifests",
+    "migrations",
+)
+
+
+def copy_package_sources(target: Path) -> None:
+    """Copy what ``pip install <target>`` builds dlscope from into ``target``, so that an
+    install from it sees none of this checkout's venv, tests or caches."""
+    target.mkdir(parents=True, exist_ok=True)
+    for name in PACKAGE_SOURCES:
+        path = REPOSITORY_ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, target / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(path, target / name)
 
 
 # Debian's layout: /usr/lib/postgresql/<major>/bin; the newest installed.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -25,23 +24,19 @@ from typing import Any
 import httpx
 import pytest
 
-from dlscope.local import SERVICES, Deployment, eventually, fresh_database, purge_namespace
+from dlscope.local import (
+    SERVICES,
+    Deployment,
+    copy_package_sources,
+    eventually,
+    fresh_database,
+    purge_namespace,
+)
 from services.workers.predictors import framework_module
-from shared.config import REPOSITORY_ROOT
 from tests.conftest import POSTGRES_ADMIN_DSN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-# What a source checkout holds that a wheel is built from (not .venv, tests or caches).
-SOURCES = (
-    "pyproject.toml",
-    "README.md",
-    "dlscope",
-    "services",
-    "shared",
-    "manifests",
-    "migrations",
-)
 # pip's words for a registry it cannot reach: then there is nothing to test here.
 UNREACHABLE = (
     "Failed to establish a new connection",
@@ -82,13 +77,7 @@ class Install:
 def onnxruntime_install(tmp_path_factory: pytest.TempPathFactory) -> Install:
     root = tmp_path_factory.mktemp("fresh-install")
     source = root / "source"
-    source.mkdir()
-    for name in SOURCES:
-        path = REPOSITORY_ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(path, source / name)
+    copy_package_sources(source)
     subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True)
     result = subprocess.run(
         [str(root / "venv" / "bin" / "pip"), "install", "--quiet", f"{source}[onnxruntime]"],
