@@ -30,10 +30,13 @@ def agents_command(
         bool, typer.Option("--online", help="only the agents online (busy or idle)")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the gateway's JSON")] = False,
+    token: Annotated[
+        str | None, typer.Option(envvar="DLSCOPE_API_TOKEN", help="when reads need it")
+    ] = None,
 ) -> None:
     """The fleet: host, framework and version, hardware, device, state, current job, last
     heartbeat and jobs done of every worker (agent)."""
-    with gateway_client(gateway, None) as client:
+    with gateway_client(gateway, token) as client:
         try:
             response = client.get("/v1/agents")
         except httpx.HTTPError as exc:

@@ -13,10 +13,11 @@ import httpx
 import typer
 from rich.table import Table
 
+from dlscope.gateway_client import register_manifest
 from dlscope.terminal import console, fail
 from shared.config import Settings
 from shared.errors import DlscopeError
-from shared.manifests import ModelManifest, load_manifest
+from shared.manifests import Manifest, ModelManifest, load_manifest
 from shared.messages import (
     DeprecateArtifact,
     DeprecationResult,
@@ -62,6 +63,21 @@ def _call(client: httpx.Client, method: str, url: str, **kwargs: Any) -> httpx.R
         return client.request(method, url, **kwargs)
     except httpx.HTTPError as exc:
         raise fail(f"cannot reach the gateway at {client.base_url}: {exc}", 2) from exc
+
+
+def register_with(gateway: str, token: str | None, manifest: Manifest, what: str) -> bool:
+    """Register ``manifest`` with the gateway, uploading the files of this host it names;
+    whether it is new (False: this exact manifest was registered already)."""
+    with _http(gateway, token) as client:
+        try:
+            response = register_manifest(client, manifest)
+        except httpx.HTTPError as exc:
+            raise fail(f"cannot reach the gateway at {client.base_url}: {exc}", 2) from exc
+        except DlscopeError as exc:  # a file it names cannot be read here
+            raise fail(f"{what}: {exc}", 2) from exc
+    if response.status_code not in (200, 201):
+        raise fail(f"{what}: refused ({response.status_code}): {_detail(response)}", 1)
+    return bool(response.json()["created"])
 
 
 def _detail(response: httpx.Response) -> str:
@@ -151,17 +167,15 @@ def register(
         raise fail(str(exc), 2) from exc
     if not isinstance(manifest, ModelManifest):
         raise fail(f"{file}: a {manifest.kind} manifest; `models register` takes models", 2)
-    body = manifest.model_dump(mode="json")  # relative sources now absolute
     if gateway:
-        with _http(gateway, token) as client:
-            response = _call(client, "POST", "/v1/models", json=body)
-        if response.status_code not in (200, 201):
-            raise fail(f"{file}: refused ({response.status_code}): {_detail(response)}", 1)
-        created = response.json()["created"]
+        created = register_with(gateway, token, manifest, str(file))
     else:
         from dlscope.embedded import ask_registry
 
-        reply = _run(ask_registry(_settings(), "register", RegisterArtifact(manifest=body)))
+        body = manifest.model_dump(mode="json")  # relative sources now absolute
+        # This user's own registry, in this process: the manifest may name their files.
+        call = RegisterArtifact(manifest=body, local=True)
+        reply = _run(ask_registry(_settings(), "register", call))
         result = reply.open(RegistrationResult)
         if result.manifest is None:
             raise fail(f"{file}: refused: {result.error}", 1)

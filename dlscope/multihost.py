@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -55,6 +56,9 @@ class ControlPlane(Deployment):
 
     artifact_url: str = ""
     artifact_listen: str = ""
+    # The artifact server listens on the bridge, which the hosts reach: it takes a token, the
+    # one the workers are given (never the API token, which they have no use for).
+    artifact_token: str = field(default_factory=lambda: secrets.token_hex(16))
 
     @property
     def environment(self) -> dict[str, str]:
@@ -62,6 +66,7 @@ class ControlPlane(Deployment):
             **super().environment,
             "DLSCOPE_ARTIFACT_URL": self.artifact_url,
             "DLSCOPE_ARTIFACT_LISTEN": self.artifact_listen,
+            "DLSCOPE_ARTIFACT_TOKEN": self.artifact_token,
         }
 
 
@@ -103,6 +108,10 @@ class Fleet:
             "DLSCOPE_HEARTBEAT_INTERVAL_S": self.control_plane.environment[
                 "DLSCOPE_HEARTBEAT_INTERVAL_S"
             ],
+            # What fetching from the deployment's artifact server takes: where it is, and
+            # the token that guards it (it listens on the bridge, beyond loopback).
+            "DLSCOPE_ARTIFACT_URL": self.control_plane.artifact_url,
+            "DLSCOPE_ARTIFACT_TOKEN": self.control_plane.artifact_token,
         }
         command = ["-m", "services.workers", "--framework", framework, "--agent-id", agent_id]
         self.workers[agent_id] = self.hosts.run(

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from dlscope.models_cli import Gateway, Token, _call, _detail, _http, _run, _settings
+from dlscope.models_cli import Gateway, Token, _run, _settings, register_with
 from dlscope.terminal import console, fail
 from shared.config import Settings
 from shared.errors import DlscopeError
@@ -27,16 +27,13 @@ zoo = typer.Typer(help="The built-in zoo's trained models, built locally.", no_a
 
 def _register(manifest: ModelManifest, gateway: str | None, token: str | None) -> bool:
     """Register one manifest; whether it is new (False: the same was registered already)."""
-    body = manifest.model_dump(mode="json")  # relative sources now absolute
     if gateway:
-        with _http(gateway, token) as client:
-            response = _call(client, "POST", "/v1/models", json=body)
-        if response.status_code not in (200, 201):
-            raise fail(f"{manifest.ref}: refused ({response.status_code}): {_detail(response)}", 1)
-        return bool(response.json()["created"])
+        return register_with(gateway, token, manifest, manifest.ref)
     from dlscope.embedded import ask_registry
 
-    reply = _run(ask_registry(_settings(), "register", RegisterArtifact(manifest=body)))
+    body = manifest.model_dump(mode="json")  # relative sources now absolute
+    call = RegisterArtifact(manifest=body, local=True)  # this user's own, in-process registry
+    reply = _run(ask_registry(_settings(), "register", call))
     result = reply.open(RegistrationResult)
     if result.manifest is None:
         raise fail(f"{manifest.ref}: refused: {result.error}", 1)

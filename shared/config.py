@@ -6,10 +6,12 @@ hand it to the services they start.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.artifacts import ArtifactLimits, check_artifact_url
 from shared.errors import ConfigurationError
@@ -63,9 +65,31 @@ class Settings(BaseSettings):
     # as they reach it (e.g. http://10.0.0.5:8081). Set, the registry serves the files its
     # manifests pin and jobs name every local source by URL under it (shared.artifacts.served).
     artifact_url: str | None = None
-    # Where the registry's artifact server listens, "host:port"; by default every interface,
-    # at the port of artifact_url.
+    # Where the registry's artifact server listens, "host:port"; by default the port of
+    # artifact_url, on every interface when an API token is set and on loopback otherwise.
     artifact_listen: str | None = None
+    # Where the registry keeps the files uploaded with registrations, by sha256; by default
+    # <home>/uploads. Several registries must share it (a volume) to serve each other's.
+    artifact_store: Path | None = None
+    # Folders whose files a manifest registered over HTTP or AMQP may name by path (as
+    # os.pathsep-separated paths, like PATH). Empty: none; files are uploaded instead.
+    registry_source_roots: Annotated[tuple[Path, ...], NoDecode] = ()
+    # What the registry's artifact server takes (and workers send) instead of the API token,
+    # so that worker hosts, which only fetch files, never hold the token that writes.
+    artifact_token: str | None = None
+    # Secure by default: without a token the gateway and the artifact server listen on
+    # loopback only; listening elsewhere without one needs this, and is logged at every start.
+    allow_unauthenticated: bool = False
+    # With a token, reads (results, the registry, pages) need it too, unless this opens them.
+    public_reads: bool = False
+    # Bytes, the bounds on what comes in (shared.inputs has the field bounds): one HTTP body;
+    # the files of one registration (they travel to the registry in one message, base64, so
+    # this stays well under RabbitMQ's own 128 MiB limit); one AMQP message, which bounds
+    # every stored event too; the nodes of one YAML manifest (aliases are refused outright).
+    max_body_bytes: int = Field(default=1024**2, gt=0)
+    max_upload_bytes: int = Field(default=64 * 1024**2, gt=0, le=90 * 1024**2)
+    max_message_bytes: int = Field(default=32 * 1024**2, gt=0)
+    max_manifest_nodes: int = Field(default=200_000, gt=0)
 
     @field_validator("namespace")
     @classmethod
@@ -95,6 +119,38 @@ class Settings(BaseSettings):
                 f"DLSCOPE_ARTIFACT_LISTEN must be host:port (e.g. 0.0.0.0:8081), not {value!r}"
             )
         return value
+
+    @field_validator("registry_source_roots", mode="before")
+    @classmethod
+    def _roots_are_paths(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(Path(p) for p in value.split(os.pathsep) if p.strip())
+        return value
+
+    @field_validator("registry_source_roots")
+    @classmethod
+    def _roots_are_absolute(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
+        relative = [str(p) for p in value if not p.is_absolute()]
+        if relative:
+            raise ValueError(
+                f"DLSCOPE_REGISTRY_SOURCE_ROOTS takes absolute folders, not {', '.join(relative)}"
+            )
+        return value
+
+    @property
+    def resolved_artifact_token(self) -> str | None:
+        """The token of the artifact server: its own, else the API token."""
+        return self.artifact_token or self.api_token
+
+    @property
+    def resolved_artifact_store(self) -> Path:
+        return self.artifact_store or self.home / "uploads"
+
+    @property
+    def upload_message_bytes(self) -> int:
+        """The largest registration message: its files in base64 (4 bytes per 3), the
+        manifest and the envelope around them."""
+        return self.max_upload_bytes * 4 // 3 + self.max_body_bytes + 64 * 1024
 
     @property
     def resolved_database_url(self) -> str:

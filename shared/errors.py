@@ -7,6 +7,7 @@ and a user reads what went wrong and what to do about it.
     DlscopeError
     ├── ConfigurationError        settings or a command line that cannot work
     ├── InvalidMessage            a message that can never be processed: dead-lettered, not retried
+    │   └── MessageTooLarge       over DLSCOPE_MAX_MESSAGE_BYTES (refused on sending and receiving)
     ├── TransientError            a dependency unavailable (broker, database, a timeout): the
     │   │                         message is kept and consumption pauses until it is back
     │   ├── BrokerUnavailable
@@ -29,6 +30,7 @@ __all__ = [
     "DlscopeError",
     "InvalidMessage",
     "ManifestError",
+    "MessageTooLarge",
     "ModelNotFound",
     "NoMatchingAgent",
     "PredictorError",
@@ -49,6 +51,10 @@ class ConfigurationError(DlscopeError):
 
 class InvalidMessage(DlscopeError):
     """A message that is malformed or semantically impossible; retrying cannot help."""
+
+
+class MessageTooLarge(InvalidMessage):
+    """A message over the size a consumer accepts: refused before it is parsed."""
 
 
 class TransientError(DlscopeError):

@@ -60,6 +60,7 @@ class Runtime:
             max_attempts=self.settings.max_delivery_attempts,
             prefetch=prefetch or self.settings.prefetch,
             event_log_partitions=self.settings.recorder_partitions,
+            max_message_bytes=self.settings.max_message_bytes,
         )
 
     async def close(self) -> None:

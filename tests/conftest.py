@@ -12,9 +12,15 @@ import concurrent.futures
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import asyncpg
+import httpx
+import orjson
 import pytest
+
+from dlscope.gateway_client import registration
+from shared.manifests import Manifest, parse_manifest
 
 RABBITMQ_URL = os.environ.get("DLSCOPE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 # The events of one evaluation that completes, in the order they are stored.
@@ -28,6 +34,26 @@ LIFECYCLE = [
 POSTGRES_ADMIN_DSN = os.environ.get(
     "DLSCOPE_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
+
+
+async def register_model(
+    http: httpx.AsyncClient, manifest: Manifest | dict[str, Any]
+) -> httpx.Response:
+    """Register ``manifest`` (naming files of this host) through a gateway as a user does
+    with ``dlscope models register --gateway``: the files it names uploaded with it."""
+    if isinstance(manifest, dict):
+        manifest = parse_manifest(manifest, origin="manifest")
+    body, files = registration(manifest)
+    if not files:
+        return await http.post("/v1/models", json=body)
+    parts = [
+        ("file", (name, path.read_bytes(), "application/octet-stream"))
+        for name, path in files.items()
+    ]
+    return await http.post(
+        "/v1/models",
+        files=[("manifest", ("manifest.json", orjson.dumps(body), "application/json")), *parts],
+    )
 
 
 @pytest.fixture

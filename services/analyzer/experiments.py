@@ -3,9 +3,9 @@ and the comparison made of it.
 
 Pure: events in, state out, no clock. Events arrive in any order (an outcome may overtake the
 plan on a busy broker), so the state keeps outcomes until the plan names its members; an
-experiment is settled when every member of the plan has an outcome. For one member a
-completion beats a failure (it is the better-informed verdict, as in the evaluations read
-model); otherwise the first outcome is the cause and later ones are echoes.
+experiment is settled when every member of the plan has an outcome. A member's first outcome
+is its outcome, as in the evaluations read model: a later one (a frozen worker's completion
+after its failure, an echo) changes nothing.
 """
 
 from __future__ import annotations
@@ -58,12 +58,9 @@ def evolve(current: Experiment | None, event: ExperimentEvent) -> Experiment:
         return state
     if isinstance(event, ExperimentScheduled):
         return state if state.plan is not None else replace(state, plan=event)
-    earlier = state.outcomes.get(event.evaluation_id)
-    if earlier is None or (
-        isinstance(event, EvaluationCompleted) and isinstance(earlier, EvaluationFailed)
-    ):
-        return replace(state, outcomes={**state.outcomes, event.evaluation_id: event})
-    return state
+    if event.evaluation_id in state.outcomes:
+        return state
+    return replace(state, outcomes={**state.outcomes, event.evaluation_id: event})
 
 
 def compare(state: Experiment) -> ExperimentComparison:

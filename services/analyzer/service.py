@@ -1,7 +1,9 @@
 """The analyzer: turns raw latencies into statistics and completes the evaluation; compares
 the members of an experiment once they all have an outcome, or when its deadline passes.
 
-measured -> completed (statistics, accuracy and the output fingerprint carried along)
+measured -> completed (statistics, accuracy and the output fingerprint carried along), unless
+            the evaluation already has its outcome (its row in the event store says so): a
+            worker frozen past its failure that published anyway does not complete it
 experiment scheduled + every member completed or failed -> experiment compared
 experiment scheduled + deadline passed                  -> experiment compared (incomplete)
 
@@ -135,6 +137,19 @@ class AnalyzerService:
 
     async def _analyze(self, envelope: Envelope) -> None:
         measured = envelope.open(EvaluationMeasured)
+        assert self._store is not None, "started"
+        # An outcome is final: a second one would only be kept in the log, unseen, and
+        # contradict the first there. (A row not there yet is an evaluation in flight.)
+        row = await self._store.get_evaluation(measured.evaluation_id)
+        if row is not None and row.status in ("completed", "failed"):
+            log.warning(
+                "evaluation %s has already %s: attempt %d's measurement by %s is not analysed",
+                measured.evaluation_id,
+                row.status,
+                measured.attempt,
+                measured.agent_id,
+            )
+            return
         result = summarize(measured).model_copy(update={"fingerprint": measured.fingerprint})
         completed = EvaluationCompleted(
             evaluation_id=measured.evaluation_id,

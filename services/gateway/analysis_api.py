@@ -16,6 +16,7 @@ from services.gateway.context import GatewayContext, ask_analyzer, context_of
 from services.gateway.schemas import NotFound
 from services.gateway.ui.documents import Source
 from shared.errors import StoreUnavailable
+from shared.inputs import MAX_NAME
 from shared.messages import (
     EvaluationFigures,
     EvaluationHistory,
@@ -94,7 +95,7 @@ async def evaluation_figures(evaluation_id: uuid.UUID, context: Context) -> Eval
 @router.get("/v1/history", response_model=EvaluationHistory)
 async def history(
     context: Context,
-    model: Annotated[str, Query(min_length=1, description="a model name")],
+    model: Annotated[str, Query(min_length=1, max_length=MAX_NAME, description="a model name")],
     framework: Framework,
     hardware: Hardware = "cpu",
     limit: Annotated[int, Query(ge=1, le=5000, description="the newest this many")] = 200,

@@ -89,10 +89,16 @@ async def publish(context: GatewayContext, envelope: Envelope) -> None:
 
 
 async def ask_registry(
-    context: GatewayContext, call: str, payload: Payload, *, correlation_id: uuid.UUID | None = None
+    context: GatewayContext,
+    call: str,
+    payload: Payload,
+    *,
+    correlation_id: uuid.UUID | None = None,
+    max_bytes: int | None = None,
 ) -> Envelope:
-    """One request/reply call to the registry (``resolve``, ``register``, ``deprecate``)."""
-    return await _ask(context, "registry", call, payload, correlation_id)
+    """One request/reply call to the registry (``resolve``, ``register``, ``deprecate``);
+    ``max_bytes`` for a call larger than other messages (a registration's files)."""
+    return await _ask(context, "registry", call, payload, correlation_id, max_bytes)
 
 
 async def ask_analyzer(context: GatewayContext, call: str, payload: Payload) -> Envelope:
@@ -106,6 +112,7 @@ async def _ask(
     call: str,
     payload: Payload,
     correlation_id: uuid.UUID | None,
+    max_bytes: int | None = None,
 ) -> Envelope:
     _check_connected(context)
     timeout = context.settings.rpc_timeout_s
@@ -118,6 +125,7 @@ async def _ask(
                     payload, stream_id=service, correlation_id=correlation_id or uuid.uuid4()
                 ),
                 timeout=timeout,
+                max_bytes=max_bytes,
             )
     except TimeoutError as exc:
         raise BrokerUnavailable(f"the broker did not take the {service}'s {call!r} call") from exc

@@ -12,15 +12,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from fastapi import Request, Response, status
-from fastapi.exception_handlers import (
-    http_exception_handler,
-    request_validation_exception_handler,
-)
+from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from shared.errors import BrokerUnavailable, DlscopeError, RequestTimeout, StoreUnavailable
+from shared.errors import (
+    BrokerUnavailable,
+    DlscopeError,
+    MessageTooLarge,
+    RequestTimeout,
+    StoreUnavailable,
+)
+from shared.inputs import MAX_QUOTE
 
 __all__ = [
     "RETRY_AFTER_S",
@@ -44,6 +49,7 @@ _STATUSES: tuple[tuple[type[DlscopeError], int], ...] = (
     (StoreUnavailable, status.HTTP_503_SERVICE_UNAVAILABLE),
     (BrokerUnavailable, status.HTTP_503_SERVICE_UNAVAILABLE),
     (RequestTimeout, status.HTTP_503_SERVICE_UNAVAILABLE),
+    (MessageTooLarge, status.HTTP_413_CONTENT_TOO_LARGE),
 )
 
 # Documented on every operation: any of them may meet an outage.
@@ -98,13 +104,28 @@ def _documented_methods(document: dict[str, Any], path: str) -> list[str]:
 
 
 async def validation_error(request: Request, exc: Exception) -> Response:
-    """FastAPI's 422, except on a page: an id that is not one names no page, a 404."""
+    """FastAPI's 422, except on a page (an id that is not one names no page, a 404), and
+    quoting at most a short prefix of what was refused: never a whole 50 MB field back."""
     assert isinstance(exc, RequestValidationError), "registered for validation errors only"
     if _is_page(request):
         return _error_page(
             request, status.HTTP_404_NOT_FOUND, f"There is no page at {request.url.path}.", None
         )
-    return await request_validation_exception_handler(request, exc)
+    errors = [_quoted(error) for error in exc.errors()]
+    return JSONResponse(
+        {"detail": jsonable_encoder(errors)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+    )
+
+
+def _quoted(error: Mapping[str, Any]) -> dict[str, Any]:
+    shown = {k: v for k, v in error.items() if k not in ("input", "url")}
+    value = error.get("input")
+    if isinstance(value, str):
+        shown["input"] = value if len(value) <= MAX_QUOTE else f"{value[: MAX_QUOTE - 1]}…"
+    elif isinstance(value, int | float | bool) or value is None:
+        shown["input"] = value
+    # A mapping or a list is not echoed at all: its size is the sender's to choose.
+    return shown
 
 
 def _is_page(request: Request) -> bool:

@@ -29,6 +29,7 @@ from services.gateway.schemas import (
 from services.gateway.streaming import follow
 from shared.config import Settings
 from shared.eventstore.views import EvaluationStatus, EvaluationView
+from shared.inputs import MAX_NAME
 from shared.messages import (
     Envelope,
     EvaluationRequested,
@@ -101,7 +102,9 @@ async def list_evaluations(
     limit: Limit = 50,
     offset: Offset = 0,
     status_filter: Annotated[EvaluationStatus | None, Query(alias="status")] = None,
-    model: Annotated[str | None, Query(min_length=1, description="a model name")] = None,
+    model: Annotated[
+        str | None, Query(min_length=1, max_length=MAX_NAME, description="a model name")
+    ] = None,
     framework: Framework | None = None,
     hardware: Hardware | None = None,
 ) -> list[EvaluationOut]:
@@ -132,7 +135,9 @@ async def get_evaluation(evaluation_id: uuid.UUID, context: Context) -> Evaluati
         200: {
             "description": "The stored events in order; with 'Accept: text/event-stream', "
             "server-sent events that follow the evaluation until it completes or fails, with "
-            "the worker's progress notifications between them (event: evaluation.progress)",
+            "the worker's progress notifications between them (event: evaluation.progress). "
+            "An id with no stored event within a few seconds ends the stream with "
+            'event: error, data {"status": 404, "detail": ...}',
             "content": {"text/event-stream": {}},
         },
         **NotFound,
@@ -147,6 +152,7 @@ async def evaluation_events(
                 context.store,
                 evaluation_stream(evaluation_id),
                 request,
+                missing=f"no evaluation {evaluation_id}",
                 progress=context.progress,
                 evaluation_id=evaluation_id,
             ),

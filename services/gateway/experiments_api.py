@@ -29,6 +29,7 @@ from services.gateway.context import GatewayContext, ask_registry, context_of, p
 from services.gateway.schemas import Limit, NotFound, Offset, Unreadable
 from shared.errors import ModelNotFound
 from shared.eventstore import EvaluationView, ExperimentStatus, ExperimentView
+from shared.inputs import MAX_NAME
 from shared.manifests import DatasetManifest, Manifest, ModelManifest, parse_constraint
 from shared.messages import (
     Envelope,
@@ -45,6 +46,7 @@ from shared.messages import (
     experiment_models,
     experiment_stream,
 )
+from shared.messages.experiment import MAX_MEMBERS
 from shared.telemetry import trace_id_hex
 
 __all__ = ["router"]
@@ -54,7 +56,7 @@ Context = Annotated[GatewayContext, Depends(context_of)]
 
 
 class ExperimentCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", str_max_length=MAX_NAME)
 
     model: str | None = Field(
         default=None,
@@ -66,6 +68,7 @@ class ExperimentCreate(BaseModel):
     models: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None,
         min_length=1,
+        max_length=MAX_MEMBERS,
         description="instead of 'model': the models to compare, listed; the first is the reference",
     )
     version: str = Field(default="*", description="version constraint of the model(s)")
@@ -208,7 +211,9 @@ async def list_experiments(
     limit: Limit = 50,
     offset: Offset = 0,
     status_filter: Annotated[ExperimentStatus | None, Query(alias="status")] = None,
-    model: Annotated[str | None, Query(min_length=1, description="the reference model")] = None,
+    model: Annotated[
+        str | None, Query(min_length=1, max_length=MAX_NAME, description="the reference model")
+    ] = None,
 ) -> list[ExperimentOut]:
     views = await context.store.list_experiments(
         limit=limit, offset=offset, status=status_filter, model=model

@@ -14,6 +14,7 @@ from fastapi.responses import Response
 
 from services.gateway.analysis_api import source
 from services.gateway.context import GatewayContext, context_of
+from services.gateway.headers import DOCUMENT_POLICY
 from services.gateway.schemas import NotFound
 from services.gateway.ui.documents import ReportDocument
 from services.gateway.ui.report import (
@@ -94,8 +95,8 @@ async def _answer(document: ReportDocument, format: ReportFormat) -> Response:
     else:
         body = report_csv(document) if format == "csv" else report_markdown(document)
     name = "dlscope-report." + format
-    return Response(
-        body,
-        media_type=MEDIA_TYPES[format],
-        headers={"Content-Disposition": f'inline; filename="{name}"'},
-    )
+    headers = {"Content-Disposition": f'inline; filename="{name}"'}
+    if format == "html":
+        # Opened here as it would be from a file: its own inline styles, no script at all.
+        headers["Content-Security-Policy"] = DOCUMENT_POLICY
+    return Response(body, media_type=MEDIA_TYPES[format], headers=headers)

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.inputs import MAX_NAME
 from shared.messages import (
     DEFAULT_TRACE_LEVEL,
     DEFAULT_TRACE_QUERIES,
@@ -43,7 +44,8 @@ Unreadable: dict[int | str, dict[str, Any]] = {400: {"description": "the body ca
 
 
 class EvaluationCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Every string here is a name, a constraint or an id (shared.inputs).
+    model_config = ConfigDict(extra="forbid", str_max_length=MAX_NAME)
 
     model: str = Field(
         min_length=1, description="model name in the registry", examples=["squeezenet"]

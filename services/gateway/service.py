@@ -11,6 +11,7 @@ import uvicorn
 from services.gateway.app import GatewayContext, create_app
 from services.gateway.progress import ProgressFeed
 from shared.eventstore import EventStore
+from shared.exposure import check_exposure
 from shared.runtime import Runtime
 
 __all__ = ["GatewayService"]
@@ -36,6 +37,10 @@ class GatewayService:
         self._serving: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        settings = self._runtime.settings
+        check_exposure(
+            self.host, settings, "gateway", token=settings.api_token, setting="DLSCOPE_API_TOKEN"
+        )
         self._store = EventStore.from_url(self._runtime.settings.resolved_database_url)
         await self._bus.start()
         progress = ProgressFeed()

@@ -7,6 +7,11 @@ nothing. The built-in zoo (``manifests/``) is registered through the same events
 Registering publishes ``artifact.registered``; a version is immutable from then on.
 With ``DLSCOPE_ARTIFACT_URL`` set it also serves the files its manifests pin, to workers on
 other hosts (``artifacts``).
+
+A registration names only files it may (``sources``, ``shared.artifacts.policy``): files
+uploaded with it, which the registry keeps by sha256 in its store (``DLSCOPE_ARTIFACT_STORE``),
+``pkg://`` resources, URLs, and paths under the operator's ``DLSCOPE_REGISTRY_SOURCE_ROOTS``;
+any path only for a local user of an embedded registry.
 """
 
 from __future__ import annotations
@@ -16,13 +21,15 @@ import logging
 import os
 import socket
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from pydantic import TypeAdapter
 
 from services.registry.artifacts import ArtifactServer, listen_address
 from services.registry.catalog import Catalog, VersionConflict, digest_of, files_of
-from shared.artifacts import verify
+from services.registry.sources import admit
+from shared.artifacts import ArtifactCache, SourcePolicy, is_remote, verify
 from shared.errors import ArtifactError, DlscopeError, ManifestError, ModelNotFound
 from shared.eventstore import EventStore
 from shared.manifests import Manifest, load_manifests, parse_manifest
@@ -61,6 +68,14 @@ class RegistryService:
         # One registration or deprecation at a time: check, then publish, then learn.
         self._writing = asyncio.Lock()
         self.artifacts: ArtifactServer | None = None
+        settings = runtime.settings
+        self.store = ArtifactCache(settings.resolved_artifact_store, settings.artifact_limits)
+        self.policy = SourcePolicy(
+            roots=(*settings.registry_source_roots, settings.resolved_artifact_store)
+        )
+        # Only a registry on an in-process broker hears from its local user alone: on a
+        # shared broker, a message that says "local" could come from anyone.
+        self._local_user_here = settings.broker_url.startswith("memory://")
 
     async def start(self) -> None:
         self._store = EventStore.from_url(self._settings.resolved_database_url)
@@ -81,13 +96,21 @@ class RegistryService:
                 )
         await self._register_built_ins()
         if self._settings.artifact_url:
-            host, port = listen_address(self._settings.artifact_url, self._settings.artifact_listen)
-            self.artifacts = ArtifactServer(self.catalog.file, host=host, port=port)
+            host, port = listen_address(self._settings)
+            self.artifacts = ArtifactServer(
+                self.catalog.file,
+                servable=self.policy.servable,
+                settings=self._settings,
+                host=host,
+                port=port,
+            )
             await self.artifacts.start()
         await self._bus.subscribe(
             topology.queue(self.name),
             [Binding(topology.jobs, rpc_key(self.name, call)) for call in CALLS],
             self._answer,
+            # A registration carries its uploaded files.
+            max_message_bytes=self._settings.upload_message_bytes,
         )
 
     async def stop(self) -> None:
@@ -122,66 +145,85 @@ class RegistryService:
             except ModelNotFound as exc:
                 reply = ResolvedArtifact(error=str(exc))
         elif isinstance(call, RegisterArtifact):
-            reply = await self._answer_registration(call.manifest)
+            reply = await self._answer_registration(call)
         elif isinstance(call, DeprecateArtifact):
             reply = await self._answer_deprecation(call)
         else:
             raise DlscopeError(f"the registry does not answer {request.type!r}")
         return request.caused(reply, producer=self.name)
 
-    async def _answer_registration(self, submitted: dict[str, Any]) -> RegistrationResult:
+    async def _answer_registration(self, call: RegisterArtifact) -> RegistrationResult:
         try:
-            manifest = parse_manifest(submitted, origin="manifest")
+            submitted = parse_manifest(call.manifest, origin="manifest")
         except ManifestError as exc:
             return RegistrationResult(error=f"invalid {exc}")
-        files = files_of(manifest)
-        for where, source in files:
-            if "://" not in source.uri and not os.path.isabs(source.uri):
-                return RegistrationResult(
-                    error=f"{where}.uri: a registered manifest must name its files absolutely "
-                    "(a path on the workers' hosts, file://, http(s):// or pkg://), not "
-                    f"{source.uri!r}"
-                )
-        for where, source in files:
-            # The files must be there and be the ones the manifest pins before anyone can
-            # choose it; remote sources are checked by the worker that downloads them.
-            try:
-                await asyncio.to_thread(verify, source, limits=self._settings.artifact_limits)
-            except ArtifactError as exc:
-                return RegistrationResult(error=f"{where}: {exc}")
+        policy = replace(self.policy, local_paths=call.local and self._local_user_here)
+        # One registration at a time, from its first upload kept to its event published: a
+        # refused one discards only what it kept, never a file another one just came to pin.
+        async with self._writing:
+            return await self._admit_and_register(submitted, call, policy)
+
+    async def _admit_and_register(
+        self, submitted: Manifest, call: RegisterArtifact, policy: SourcePolicy
+    ) -> RegistrationResult:
         try:
-            created = await self._register(manifest)
+            # Checked before anything is read: a source it may not name is never opened.
+            admission = await asyncio.to_thread(
+                admit, submitted, call.files, policy=policy, store=self.store
+            )
+        except ArtifactError as exc:
+            return RegistrationResult(error=str(exc))
+        manifest = admission.manifest
+        try:
+            for where, source in files_of(manifest):
+                # The files must be there and be the ones the manifest pins before anyone can
+                # choose it; remote sources are checked by the worker that downloads them.
+                if is_remote(source.uri):
+                    continue
+                try:
+                    await asyncio.to_thread(verify, source, limits=self._settings.artifact_limits)
+                except ArtifactError as exc:
+                    admission.discard()
+                    return RegistrationResult(error=f"{where}: {exc}")
+            created = await self._registered(manifest)
         except VersionConflict as exc:
+            admission.discard()
             return RegistrationResult(error=str(exc), conflict=True)
+        except BaseException:
+            admission.discard()
+            raise
         return RegistrationResult(manifest=manifest, created=created)
 
     async def _register(self, manifest: Manifest) -> bool:
         async with self._writing:
-            if not self.catalog.check_registration(manifest):
-                return False
-            digest = digest_of(manifest)
-            await self._bus.publish(
-                Envelope(
-                    # The same content registered twice, by two registries, is one event.
-                    event_id=uuid.uuid5(
-                        uuid.NAMESPACE_URL, f"{manifest.kind}:{manifest.ref}#{digest}"
-                    ),
-                    type=ArtifactRegistered.TYPE,
-                    stream_id=artifact_stream(manifest.kind, manifest.name),
-                    correlation_id=uuid.uuid4(),
-                    producer=self.name,
-                    payload=ArtifactRegistered(
-                        kind=manifest.kind,
-                        name=manifest.name,
-                        version=manifest.version,
-                        digest=digest,
-                        manifest=manifest,
-                    ).model_dump(mode="json"),
-                )
+            return await self._registered(manifest)
+
+    async def _registered(self, manifest: Manifest) -> bool:
+        """Publish ``manifest``'s registration (under ``_writing``); False when this content
+        was registered already."""
+        if not self.catalog.check_registration(manifest):
+            return False
+        digest = digest_of(manifest)
+        await self._bus.publish(
+            Envelope(
+                # The same content registered twice, by two registries, is one event.
+                event_id=uuid.uuid5(uuid.NAMESPACE_URL, f"{manifest.kind}:{manifest.ref}#{digest}"),
+                type=ArtifactRegistered.TYPE,
+                stream_id=artifact_stream(manifest.kind, manifest.name),
+                correlation_id=uuid.uuid4(),
+                producer=self.name,
+                payload=ArtifactRegistered(
+                    kind=manifest.kind,
+                    name=manifest.name,
+                    version=manifest.version,
+                    digest=digest,
+                    manifest=manifest,
+                ).model_dump(mode="json"),
             )
-            self.catalog.learn(manifest, digest=digest)
-            log.info("registered %s %s", manifest.kind, manifest.ref)
-            return True
+        )
+        self.catalog.learn(manifest, digest=digest)
+        log.info("registered %s %s", manifest.kind, manifest.ref)
+        return True
 
     async def _answer_deprecation(self, call: DeprecateArtifact) -> DeprecationResult:
         async with self._writing:

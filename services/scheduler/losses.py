@@ -20,6 +20,7 @@ import uuid
 from dataclasses import replace
 
 from services.scheduler.agents import AgentDirectory
+from services.scheduler.attempts import described
 from services.scheduler.running import Job, RunningJobs, after_loss, alternatives, loss_reason
 from shared.config import Settings
 from shared.messages import Envelope, EvaluationFailed, evaluation_stream
@@ -123,4 +124,7 @@ class Losses:
                 event_id=uuid.uuid5(job.started_by, EvaluationFailed.TYPE),
             )
         )
+        # Known as over at once, not only when the event comes back: the lost agent may wake
+        # and ask whether its attempt still stands before then.
+        self._jobs.settled(job.evaluation_id, described(failed))
         log.warning("evaluation %s failed: %s", job.evaluation_id, reason)

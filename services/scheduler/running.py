@@ -26,7 +26,8 @@ from shared.messages import EvaluationScheduled, EvaluationStarted
 __all__ = ["Job", "RunningJobs", "after_loss", "alternatives", "loss_reason"]
 
 # Outcomes remembered, so a start that arrives after its evaluation ended (a job delivered
-# again after its outcome) is not taken for a running job.
+# again after its outcome) is not taken for a running job, and a worker that asks whether
+# its attempt still stands is told at once. Older ones are read from the event store.
 _SETTLED_KEPT = 10_000
 
 
@@ -51,7 +52,8 @@ class Job:
 class RunningJobs:
     def __init__(self) -> None:
         self._jobs: dict[uuid.UUID, Job] = {}
-        self._settled: OrderedDict[uuid.UUID, None] = OrderedDict()
+        # Evaluation -> its first outcome, in words ("completed", "failed (agent: …)").
+        self._settled: OrderedDict[uuid.UUID, str] = OrderedDict()
 
     def scheduled(self, event: EvaluationScheduled) -> None:
         if event.evaluation_id in self._settled:
@@ -83,15 +85,20 @@ class RunningJobs:
         )
         return job
 
-    def settled(self, evaluation_id: uuid.UUID) -> None:
+    def settled(self, evaluation_id: uuid.UUID, outcome: str = "over") -> None:
+        """``evaluation_id`` has an outcome (the first one told here is kept)."""
         self._jobs.pop(evaluation_id, None)
-        self._settled[evaluation_id] = None
+        self._settled.setdefault(evaluation_id, outcome)
         while len(self._settled) > _SETTLED_KEPT:
             self._settled.popitem(last=False)
 
     def is_over(self, evaluation_id: uuid.UUID) -> bool:
         """Whether an outcome of ``evaluation_id`` was seen here."""
         return evaluation_id in self._settled
+
+    def outcome(self, evaluation_id: uuid.UUID) -> str | None:
+        """The outcome of ``evaluation_id`` seen here, in words; None if none was."""
+        return self._settled.get(evaluation_id)
 
     def get(self, evaluation_id: uuid.UUID) -> Job | None:
         return self._jobs.get(evaluation_id)

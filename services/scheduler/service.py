@@ -13,6 +13,9 @@ agent offline while running a job -> evaluation failed ("agent") at once when th
           (the missed-heartbeats window, longer while every such agent is busy)
 no outcome within DLSCOPE_EVALUATION_TIMEOUT_S of the scheduling, or of the latest attempt's
           start -> evaluation failed ("timeout")
+a worker asks whether its attempt still stands (rpc.scheduler.attempt) -> no once the
+          evaluation has an outcome or a later attempt started (attempts.py), from what this
+          instance follows, else from the evaluation's row in the event store
 started again -> the evaluations in flight, read back from the event store (recovery.py)
 """
 
@@ -30,19 +33,23 @@ from typing import NamedTuple
 
 from services.scheduler.agents import AgentDirectory
 from services.scheduler.artifacts import ship
+from services.scheduler.attempts import described, standing_by_row, standing_here
 from services.scheduler.experiments import Resolved, plan_experiment
 from services.scheduler.losses import Losses
 from services.scheduler.recovery import in_flight
 from services.scheduler.running import RunningJobs
-from shared.errors import ConfigurationError, StoreUnavailable
+from shared.errors import ConfigurationError, DlscopeError, InvalidMessage, StoreUnavailable
 from shared.eventstore import EventStore
 from shared.manifests import DatasetManifest, Manifest, ModelManifest
 from shared.measurement import check_sample_count
 from shared.messages import (
+    ATTEMPT_CALL,
     AgentHeartbeat,
     AgentOffline,
     AgentOnline,
     AgentsDiscover,
+    AttemptStanding,
+    CheckAttempt,
     Envelope,
     EvaluationCompleted,
     EvaluationFailed,
@@ -95,6 +102,8 @@ class SchedulerService:
         self._declared: set[uuid.UUID] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._recovery: asyncio.Task[None] | None = None
+        # Read when a worker asks about an evaluation this instance does not follow.
+        self._store: EventStore | None = None
         self.recovered = asyncio.Event()
         # Since when this instance has been hearing the agents (its start, or its link to the
         # broker coming back): until they have had time to answer the discovery call, an
@@ -135,6 +144,15 @@ class SchedulerService:
             self._follow_job,
             durable=False,
         )
+        # Each instance answers from what it follows (the first answer wins), on a queue of
+        # its own: a call made while no scheduler runs is not kept for a later one.
+        self._store = EventStore.from_url(self._settings.resolved_database_url)
+        await self._bus.subscribe(
+            self._bus.topology.queue(self.name, "calls", instance),
+            [Binding(self._bus.topology.jobs, rpc_key(self.name, ATTEMPT_CALL))],
+            self._answer,
+            durable=False,
+        )
         await self._discover()
         self._sweeper = asyncio.create_task(self._sweep(), name="scheduler: missed heartbeats")
         # After the subscriptions: an outcome that arrives while the store is read settles
@@ -164,6 +182,8 @@ class SchedulerService:
         self._deadlines.clear()
         self._losses.close()
         await self._bus.stop()
+        if self._store is not None:
+            await self._store.close()
 
     @property
     def _discovery_window(self) -> float:
@@ -193,7 +213,7 @@ class SchedulerService:
                 if watched is not None:  # each attempt has the whole timeout
                     self._watch(watched.request, attempt=event.attempt)
         elif isinstance(event, EvaluationCompleted | EvaluationFailed):
-            self.jobs.settled(event.evaluation_id)
+            self.jobs.settled(event.evaluation_id, described(event))
             self._losses.taken_up(event.evaluation_id)
             deadline = self._deadlines.pop(envelope.correlation_id, None)
             if deadline is not None:
@@ -212,6 +232,7 @@ class SchedulerService:
             self._deadlines.pop(request.correlation_id, None)
             failed = failure_caused_by(
                 request,
+                EvaluationRequested,
                 stage="timeout",
                 reason=f"no outcome within {timeout:g} s of {what}; the worker may have "
                 "stopped (DLSCOPE_EVALUATION_TIMEOUT_S)",
@@ -219,6 +240,9 @@ class SchedulerService:
             )
             if failed is not None:
                 await self._bus.publish(failed)
+                # Known as over at once: a worker that wakes now is told so.
+                outcome = failed.open(EvaluationFailed)
+                self.jobs.settled(outcome.evaluation_id, described(outcome))
 
         # A redelivered request is scheduled again, a new attempt starts the clock again: the
         # earlier deadline must not outlive it.
@@ -269,11 +293,33 @@ class SchedulerService:
         return count
 
     async def _gave_up(self, envelope: Envelope, reason: str) -> None:
-        """A request that cannot be scheduled (invalid, or failing every retry) fails its
-        evaluation, so no evaluation waits forever in 'requested'."""
-        failed = failure_caused_by(envelope, stage="scheduling", reason=reason, producer=self.name)
+        """A request that cannot be scheduled (failing every retry) fails its evaluation, so
+        no evaluation waits forever in 'requested'. An invalid one is only dead-lettered:
+        nobody requested an evaluation by it (``failure_caused_by``)."""
+        failed = failure_caused_by(
+            envelope, EvaluationRequested, stage="scheduling", reason=reason, producer=self.name
+        )
         if failed is not None:
             await self._bus.publish(failed)
+
+    async def _answer(self, call: Envelope) -> Envelope:
+        """Whether a worker's attempt still stands (``attempts``): from what this instance
+        follows, else from the evaluation's row; a store it cannot read leaves the worker
+        to go on, as a scheduler that does not answer would."""
+        check = call.open(CheckAttempt)
+        answer = standing_here(check, self.jobs)
+        if answer is None and self._store is not None:
+            try:
+                answer = standing_by_row(
+                    check, await self._store.get_evaluation(check.evaluation_id)
+                )
+            except DlscopeError as exc:  # unavailable, or not migrated yet
+                answer = AttemptStanding(stands=True, reason=f"the scheduler cannot tell: {exc}")
+        if answer is None:
+            answer = AttemptStanding(stands=True, reason="the scheduler does not know it")
+        if not answer.stands:
+            log.warning("%s", answer.reason)
+        return call.caused(answer, producer=self.name)
 
     async def _track_agent(self, envelope: Envelope) -> None:
         if envelope.event_id in self._declared:
@@ -492,12 +538,13 @@ class SchedulerService:
             )
 
     async def _experiment_gave_up(self, envelope: Envelope, reason: str) -> None:
-        """An experiment request that cannot be planned fails, rather than wait forever."""
+        """An experiment request that cannot be planned fails, rather than wait forever. An
+        invalid one is only dead-lettered: nobody requested an experiment by it."""
         try:
-            experiment_id = uuid.UUID(str(envelope.payload.get("experiment_id")))
-        except ValueError:
+            request = envelope.open(ExperimentRequested)
+        except InvalidMessage:
             return
-        failed = ExperimentFailed(experiment_id=experiment_id, reason=reason)
+        failed = ExperimentFailed(experiment_id=request.experiment_id, reason=reason)
         await self._bus.publish(envelope.caused(failed, producer=self.name))
 
     async def _resolve(
@@ -521,6 +568,8 @@ class SchedulerService:
         return found.manifest, found.error or f"no {kind} {name!r} in the registry"
 
     async def _fail(self, cause: Envelope, stage: FailureStage, reason: str) -> None:
-        failed = failure_caused_by(cause, stage=stage, reason=reason, producer=self.name)
+        failed = failure_caused_by(
+            cause, EvaluationRequested, stage=stage, reason=reason, producer=self.name
+        )
         assert failed is not None, "a request always names its evaluation"
         await self._bus.publish(failed)

@@ -4,6 +4,13 @@ job -> started (attempt, environment) -> version check -> verified artifact
     -> measured, by the framework process (services.workers.session)
     -> or failed, with the stage and the reason (the framework process's death included);
        the worker stays up for the next job
+
+Before it publishes what the job came to (measured or failed), and before it runs a job
+delivered again, the worker asks the scheduler whether its attempt still stands
+(``shared.messages.attempts``): a worker frozen past its evaluation's failure, or past another
+worker taking the job up, records its measurement as ``evaluation.late_measurement`` (a late
+failure is only logged) and skips a job delivered again for an evaluation that is over. A
+scheduler that does not answer in time changes nothing: the worker goes on as before.
 """
 
 from __future__ import annotations
@@ -21,14 +28,17 @@ from opentelemetry.trace import Tracer
 from services.workers.environment import environment, host_name
 from services.workers.isolation import FrameworkProcess
 from services.workers.measurement import Run
+from services.workers.standing import no_longer_stands
 from services.workers.tracing import record_trace
 from shared.artifacts import ArtifactCache
-from shared.errors import ArtifactError, BrokerUnavailable, DlscopeError
+from shared.errors import ArtifactError, BrokerUnavailable, DlscopeError, MessageTooLarge
 from shared.manifests import matches
 from shared.measurement.progress import Step
 from shared.messages import (
     PROGRESS_KEY,
+    CheckAttempt,
     Envelope,
+    EvaluationLateMeasurement,
     EvaluationMeasured,
     EvaluationProfiled,
     EvaluationProgress,
@@ -69,8 +79,13 @@ class JobRunner:
         agent_id: str,
         results_dir: Path,
         tracer: Tracer,
+        rpc_timeout_s: float = 10.0,
     ) -> None:
         self.agent_id = agent_id
+        # How long the scheduler has to say whether an attempt still stands before the worker
+        # goes on without its answer (DLSCOPE_RPC_TIMEOUT_S): a round trip takes milliseconds
+        # on a healthy broker; a scheduler that is down costs a job this much.
+        self._rpc_timeout_s = rpc_timeout_s
         self.name = f"worker {agent_id}"
         self._bus = bus
         self._framework = framework
@@ -92,6 +107,13 @@ class JobRunner:
                 # A copy of a job this worker already finished and reported: the broker
                 # requeued it when the channel it was taken on broke before the ack.
                 log.info("job %s was already run and reported here: not again", envelope.event_id)
+                return
+            gone = None if attempt == 1 else await self._no_longer_stands(envelope, job, attempt)
+            if gone is not None:
+                # Delivered again (its worker went away), but the evaluation is over, or a later
+                # attempt runs it: running it again would only make a second outcome.
+                log.warning("job %s not run: %s", envelope.event_id, gone)
+                self._remember(envelope)
                 return
             # Each attempt's events are its own (a second attempt's start is not a duplicate
             # of the first's): their ids are derived from the job and the attempt.
@@ -120,18 +142,52 @@ class JobRunner:
             async def tell(step: Step) -> None:
                 await self._tell(envelope, job, step, attempt)
 
-            failure = await self._measure(job, publish, tell, captured, attempt)
+            async def stands() -> str | None:
+                return await self._no_longer_stands(envelope, job, attempt)
+
+            failure = await self._measure(job, publish, tell, stands, captured, attempt)
             if failure is not None:
-                stage, reason = failure
-                log.warning("evaluation %s failed at %s: %s", job.evaluation_id, stage, reason)
-                failed = failure_caused_by(
-                    envelope, stage=stage, reason=reason, producer=self.name, key=key
-                )
-                assert failed is not None, "a job always names its evaluation"
-                await self._publish(failed)
-            self._finished[envelope.event_id] = None
-            while len(self._finished) > REMEMBERED_JOBS:
-                self._finished.popitem(last=False)
+                await self._fail(envelope, job.evaluation_id, failure, stands, key)
+            self._remember(envelope)
+
+    async def _fail(
+        self,
+        job: Envelope,
+        evaluation_id: uuid.UUID,
+        failure: tuple[FailureStage, str],
+        stands: Callable[[], Awaitable[str | None]],
+        key: str | None,
+    ) -> None:
+        stage, reason = failure
+        log.warning("evaluation %s failed at %s: %s", evaluation_id, stage, reason)
+        if (gone := await stands()) is not None:  # an echo of the outcome it already has
+            log.warning("the failure of %s is not published: %s", evaluation_id, gone)
+            return
+        failed = failure_caused_by(
+            job, RunEvaluation, stage=stage, reason=reason, producer=self.name, key=key
+        )
+        assert failed is not None, "an opened job is a valid one"
+        await self._publish(failed)
+
+    def _remember(self, job: Envelope) -> None:
+        self._finished[job.event_id] = None
+        while len(self._finished) > REMEMBERED_JOBS:
+            self._finished.popitem(last=False)
+
+    async def _no_longer_stands(
+        self, cause: Envelope, job: RunEvaluation, attempt: int
+    ) -> str | None:
+        check = CheckAttempt(
+            evaluation_id=job.evaluation_id, attempt=attempt, agent_id=self.agent_id
+        )
+        return await no_longer_stands(
+            self._bus,
+            cause,
+            check,
+            producer=self.name,
+            timeout_s=self._rpc_timeout_s,
+            patience_s=PUBLISH_PATIENCE_S,
+        )
 
     async def _publish(self, envelope: Envelope) -> None:
         """Publish ``envelope``, waiting out a broker outage: what was measured is published
@@ -179,10 +235,12 @@ class JobRunner:
         job: RunEvaluation,
         publish: Publish,
         tell: Callable[[Step], Awaitable[None]],
+        stands: Callable[[], Awaitable[str | None]],
         captured: dict[str, Any],
         attempt: int,
     ) -> tuple[FailureStage, str] | None:
-        """Measure ``job`` and publish what was measured; or the stage and reason it failed."""
+        """Measure ``job`` and publish what was measured (as late, when ``stands`` says the
+        attempt no longer does); or the stage and reason it failed."""
         unsupported = self._unsupported(job)
         if unsupported is not None:
             return "validation", unsupported
@@ -204,37 +262,55 @@ class JobRunner:
         except DlscopeError as exc:  # the framework's error, or its process's death
             return "predictor", str(exc)
         tracing = record_trace(self._tracer, run.tracing)
-        if run.tracing.profiled:  # before the measurement: layers are there once it completes
+        measured = EvaluationMeasured(
+            evaluation_id=job.evaluation_id,
+            agent_id=self.agent_id,
+            scenario=job.scenario,
+            load_ns=run.load_ns,
+            run=run.native,
+            loadgen=run.loadgen,
+            conditions={k: captured[k] for k in CONDITIONS if k in captured},
+            layers=run.layers,
+            trace_level=job.trace_level,
+            tracing=tracing,
+            accuracy=run.accuracy,
+            fingerprint=run.fingerprint,
+            experiment_id=job.experiment_id,
+            attempt=attempt,
+        )
+        if (gone := await stands()) is not None:
+            log.warning("the measurement of %s is late: %s", job.evaluation_id, gone)
             await publish(
-                EvaluationProfiled(
+                EvaluationLateMeasurement(
                     evaluation_id=job.evaluation_id,
                     agent_id=self.agent_id,
-                    framework=job.framework,
-                    trace_level=job.trace_level,
-                    levels=tracing,
-                    passes=list(run.tracing.profiled),
-                    experiment_id=job.experiment_id,
                     attempt=attempt,
+                    reason=gone,
+                    measurement=measured,
+                    experiment_id=job.experiment_id,
                 )
             )
-        await publish(
-            EvaluationMeasured(
-                evaluation_id=job.evaluation_id,
-                agent_id=self.agent_id,
-                scenario=job.scenario,
-                load_ns=run.load_ns,
-                run=run.native,
-                loadgen=run.loadgen,
-                conditions={k: captured[k] for k in CONDITIONS if k in captured},
-                layers=run.layers,
-                trace_level=job.trace_level,
-                tracing=tracing,
-                accuracy=run.accuracy,
-                fingerprint=run.fingerprint,
-                experiment_id=job.experiment_id,
-                attempt=attempt,
+            return None
+        try:
+            if run.tracing.profiled:  # before the measurement: layers are there once it completes
+                await publish(
+                    EvaluationProfiled(
+                        evaluation_id=job.evaluation_id,
+                        agent_id=self.agent_id,
+                        framework=job.framework,
+                        trace_level=job.trace_level,
+                        levels=tracing,
+                        passes=list(run.tracing.profiled),
+                        experiment_id=job.experiment_id,
+                        attempt=attempt,
+                    )
+                )
+            await publish(measured)
+        except MessageTooLarge as exc:  # no consumer would read it: say so, once
+            return "analysis", (
+                f"the measurement is too large to record ({exc}): shorten the run "
+                "(max_duration_s, iterations) or raise DLSCOPE_MAX_MESSAGE_BYTES"
             )
-        )
         return None
 
     def _unsupported(self, job: RunEvaluation) -> str | None:

@@ -22,6 +22,7 @@ from shared.messages import (
     Envelope,
     Framework,
     Hardware,
+    RunEvaluation,
     failure_caused_by,
     job_key,
 )
@@ -56,10 +57,20 @@ class WorkerService:
         self._jobs = JobRunner(
             self._bus,
             self.process,
-            ArtifactCache(settings.home / "artifacts", settings.artifact_limits),
+            ArtifactCache(
+                settings.home / "artifacts",
+                settings.artifact_limits,
+                # The deployment's own artifact server may be guarded by a token.
+                tokens=(
+                    {settings.artifact_url: settings.resolved_artifact_token}
+                    if settings.artifact_url and settings.resolved_artifact_token
+                    else None
+                ),
+            ),
             agent_id=self.agent_id,
             results_dir=settings.home / "results",
             tracer=runtime.telemetry.tracer,
+            rpc_timeout_s=settings.rpc_timeout_s,
         )
         self._agent = Agent(
             self._bus,
@@ -118,8 +129,10 @@ class WorkerService:
         await self._agent.start(version="none", device={UNAVAILABLE: why})
 
     async def _refuse_job(self, envelope: Envelope) -> None:
+        envelope.open(RunEvaluation)  # an invalid job is dead-lettered, failing nothing
         failed = failure_caused_by(
             envelope,
+            RunEvaluation,
             stage="validation",
             reason=f"agent {self.agent_id}: {self.unavailable}",
             producer=self.name,
@@ -136,8 +149,11 @@ class WorkerService:
         await self._jobs.run(envelope)
 
     async def _gave_up(self, envelope: Envelope, reason: str) -> None:
-        """A job that cannot run (invalid, failing every retry, or interrupted every time it
-        was tried) fails its evaluation."""
-        failed = failure_caused_by(envelope, stage="predictor", reason=reason, producer=self.name)
+        """A job that cannot run (failing every retry, or interrupted every time it was tried)
+        fails its evaluation. An invalid one is only dead-lettered: nobody requested an
+        evaluation by it (``failure_caused_by``)."""
+        failed = failure_caused_by(
+            envelope, RunEvaluation, stage="predictor", reason=reason, producer=self.name
+        )
         if failed is not None:
             await self._bus.publish(failed)

@@ -21,8 +21,10 @@ from shared.artifacts.archives import Archive, ArchiveFormat, ArchiveSpec
 from shared.artifacts.cache import ArtifactCache
 from shared.artifacts.digests import sha256_of
 from shared.artifacts.limits import ArtifactLimits
+from shared.artifacts.policy import SourcePolicy, is_upload
 from shared.artifacts.served import (
     SERVED_ROUTE,
+    SERVER_HEADER,
     check_artifact_url,
     host_paths,
     is_host_path,
@@ -34,15 +36,18 @@ from shared.artifacts.verification import verify
 
 __all__ = [
     "SERVED_ROUTE",
+    "SERVER_HEADER",
     "Archive",
     "ArchiveFormat",
     "ArchiveSpec",
     "ArtifactCache",
     "ArtifactLimits",
+    "SourcePolicy",
     "check_artifact_url",
     "host_paths",
     "is_host_path",
     "is_remote",
+    "is_upload",
     "locate",
     "served_manifest",
     "served_uri",

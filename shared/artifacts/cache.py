@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path, PurePosixPath
 
@@ -43,10 +43,19 @@ class ArtifactCache:
     (another worker on the host included) sees all of an entry or none of it.
     """
 
-    def __init__(self, root: Path, limits: ArtifactLimits | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        limits: ArtifactLimits | None = None,
+        *,
+        tokens: Mapping[str, str] | None = None,
+    ) -> None:
         self._root = root / "sha256"
         self._staging = root / "staging"
         self.limits = limits or ArtifactLimits()
+        # Bearer tokens by URL prefix: DLSCOPE_API_TOKEN for the deployment's own artifact
+        # server, sent to nothing else.
+        self._tokens = dict(tokens or {})
 
     def fetch(self, source: ModelSource, archive: ArchiveSpec | None = None) -> Path:
         """A verified local copy of ``source``; ``ArtifactError`` says why there is none.
@@ -61,6 +70,18 @@ class ArtifactCache:
             return self._file(source)
         return self._member(source, archive)
 
+    def keep(self, name: str, sha256: str, data: bytes) -> tuple[Path, bool]:
+        """``data``, which must hash to ``sha256``, kept as ``name`` (its last path component)
+        under its digest: how a registry stores the files uploaded with a registration. The
+        path, and whether this call put it there (False: it was kept already)."""
+        base = PurePosixPath(name.replace("\\", "/")).name
+        safe = base if base not in ("", ".", "..") else "artifact"
+        cached = self._root / sha256 / safe
+        if cached.is_file() and sha256_of(cached) == sha256:
+            return cached, False
+        self._store(iter((data,)), cached, ModelSource(uri=safe, sha256=sha256))
+        return cached, True
+
     def _file(self, source: ModelSource) -> Path:
         cached = self._root / source.sha256 / file_name(source.uri)
         if cached.is_file():
@@ -68,7 +89,7 @@ class ArtifactCache:
                 return cached
             cached.unlink(missing_ok=True)  # corrupted in the cache: fetch it again
         if is_remote(source.uri):
-            with download(source.uri, self.limits) as chunks:
+            with download(source.uri, self.limits, self._headers(source.uri)) as chunks:
                 self._store(chunks, cached, source)
             return cached
         origin = locate(source.uri)
@@ -80,6 +101,12 @@ class ArtifactCache:
         except OSError as exc:
             raise ArtifactError(f"{source.uri}: cannot read {origin}: {exc}") from exc
         return cached
+
+    def _headers(self, uri: str) -> dict[str, str]:
+        for prefix, token in self._tokens.items():
+            if uri.startswith(prefix.rstrip("/") + "/"):
+                return {"Authorization": f"Bearer {token}"}
+        return {}
 
     def _store(self, chunks: Iterable[bytes], cached: Path, source: ModelSource) -> None:
         # Hashing the bytes as they are written checks exactly what lands in the cache, even
@@ -97,7 +124,7 @@ class ArtifactCache:
                     digest.update(chunk)
                     out.write(chunk)
             if digest.hexdigest() != source.sha256:
-                raise mismatch(source.uri, source.sha256, digest.hexdigest())
+                raise mismatch(source.uri, source.sha256)
             cached.parent.mkdir(parents=True, exist_ok=True)
             staged.replace(cached)
         except OSError as exc:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import httpx
 
 from shared.artifacts.digests import CHUNK
 from shared.artifacts.limits import ArtifactLimits
+from shared.artifacts.served import SERVER_HEADER
 from shared.errors import ArtifactError
 
 __all__ = ["download"]
@@ -21,8 +22,11 @@ _EXPLANATION_BYTES = 500
 
 
 @contextmanager
-def download(uri: str, limits: ArtifactLimits) -> Iterator[Iterator[bytes]]:
+def download(
+    uri: str, limits: ArtifactLimits, headers: Mapping[str, str] | None = None
+) -> Iterator[Iterator[bytes]]:
     """The body of ``uri``, chunk by chunk; every failure becomes an ``ArtifactError``.
+    ``headers`` go with the request (a token, for dlscope's own artifact server).
 
     httpx errors raised while the caller iterates the chunks surface here too, so they are
     translated whether they happen on connecting or halfway through the body.
@@ -31,7 +35,11 @@ def download(uri: str, limits: ArtifactLimits) -> Iterator[Iterator[bytes]]:
     try:
         with (
             httpx.Client(
-                timeout=httpx.Timeout(timeout), follow_redirects=True, headers=_HEADERS
+                timeout=httpx.Timeout(timeout),
+                # A token is for the server it was given for: a redirect elsewhere would
+                # hand it on, so a guarded request does not follow one.
+                follow_redirects=not headers,
+                headers={**_HEADERS, **(headers or {})},
             ) as client,
             client.stream("GET", uri) as response,
         ):
@@ -58,8 +66,10 @@ def download(uri: str, limits: ArtifactLimits) -> Iterator[Iterator[bytes]]:
 
 
 def _explanation(response: httpx.Response) -> str:
-    """The server's own words on a refusal, when it gave some in plain text (dlscope's
-    artifact server says which file is missing and why): quoted, short."""
+    """dlscope's artifact server's own words on a refusal (which file is missing, and why):
+    quoted, short. Any other server's body is not: it may be anything, for anyone."""
+    if SERVER_HEADER not in response.headers:
+        return ""
     if not response.headers.get("Content-Type", "").startswith("text/plain"):
         return ""
     body = b""

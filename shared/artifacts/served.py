@@ -31,6 +31,7 @@ from shared.manifests import DatasetManifest, DatasetSource, ModelManifest, Mode
 
 __all__ = [
     "SERVED_ROUTE",
+    "SERVER_HEADER",
     "check_artifact_url",
     "host_paths",
     "is_host_path",
@@ -40,6 +41,10 @@ __all__ = [
 
 # The route of the artifact server, as Starlette spells its parameters.
 SERVED_ROUTE = "/sha256/{digest}/{name}"
+# On the artifact server's refusals: a worker quotes the text of those alone in its errors
+# (another server's error page may hold anything, and the user who reads the failure may
+# not be someone that server would show it to).
+SERVER_HEADER = "X-Dlscope-Artifact-Server"
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 Served = TypeVar("Served", ModelManifest, DatasetManifest)

@@ -23,11 +23,19 @@ def locate(uri: str) -> Path:
     """The local file a source URI names: a path, ``file://`` or ``pkg://<package>/<path>``."""
     parsed = urlparse(uri)
     if parsed.scheme == "pkg":
-        spec = importlib.util.find_spec(parsed.netloc)
+        try:
+            spec = importlib.util.find_spec(parsed.netloc)
+        except (ImportError, ValueError):  # "a.b" whose parent "a" is not installed
+            spec = None
         if spec is None or not spec.submodule_search_locations:
             raise ArtifactError(f"{uri}: Python package {parsed.netloc!r} is not installed")
         root = Path(next(iter(spec.submodule_search_locations)))
-        return root / parsed.path.lstrip("/")
+        path = root / unquote(parsed.path).lstrip("/")
+        # A pkg:// source names a file the package ships, nothing else: "..", or a link out
+        # of the package, would make it a way to read any file of the host.
+        if not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
+            raise ArtifactError(f"{uri}: the path leaves package {parsed.netloc!r}")
+        return path
     if parsed.scheme == "file":
         return Path(unquote(parsed.path))
     if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):

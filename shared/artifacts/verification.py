@@ -46,7 +46,7 @@ def verify(
     except OSError as exc:
         raise ArtifactError(f"{source.uri}: cannot read {origin}: {exc}") from exc
     if actual != source.sha256:
-        raise mismatch(source.uri, source.sha256, actual)
+        raise mismatch(source.uri, source.sha256)
     if archive is None:
         return
     fmt = archive_format(archive, origin.name, source.uri)

@@ -1,9 +1,12 @@
 """How each event changes the ``experiments`` read model.
 
 ``evolve_experiment`` is pure, like the other projections: the row so far plus one event
-gives the next row, with values from the event only. Events may arrive out of order (the
-plan can overtake the request when recorded by another partition), so the status only moves
-forward (requested < scheduled < failed < compared) and a late event fills what is missing.
+gives the next row, with values from the event only. As for evaluations, only the request
+(``experiment.requested``) creates the row; events that came before it are folded in when
+it comes (``projections.fold``). An experiment has one outcome, the first of
+``experiment.compared`` and ``experiment.failed`` by log position: a second changes nothing.
+Events may arrive out of order, so the status only moves forward (requested < scheduled <
+its outcome) and a late event fills what is missing.
 """
 
 from __future__ import annotations
@@ -16,11 +19,16 @@ from typing import Any
 from shared.eventstore.payloads import StoredPayload, text, uuid_of
 from shared.eventstore.views import ExperimentStatus, ExperimentView, StoredEvent
 
-__all__ = ["evolve_experiment", "experiment_key"]
+__all__ = ["EXPERIMENT_ROOT", "evolve_experiment", "experiment_key"]
 
 Changes = dict[str, Any]
 
-_RANK: dict[ExperimentStatus, int] = {"requested": 0, "scheduled": 1, "failed": 2, "compared": 3}
+# The event that makes an experiment exist; no other creates its row.
+EXPERIMENT_ROOT = "experiment.requested"
+
+# The two outcomes rank alike: whichever comes first is final.
+_RANK: dict[ExperimentStatus, int] = {"requested": 0, "scheduled": 1, "failed": 2, "compared": 2}
+_OUTCOMES: frozenset[ExperimentStatus] = frozenset({"failed", "compared"})
 
 
 def experiment_key(event: StoredEvent) -> uuid.UUID | None:
@@ -30,11 +38,14 @@ def experiment_key(event: StoredEvent) -> uuid.UUID | None:
     return uuid_of(event.payload.get("experiment_id"))
 
 
-def evolve_experiment(current: ExperimentView | None, event: StoredEvent) -> ExperimentView:
-    """The experiment after ``event`` (``current`` is None for one not seen before)."""
+def evolve_experiment(current: ExperimentView | None, event: StoredEvent) -> ExperimentView | None:
+    """The experiment after ``event`` (``current`` is None for one not seen before); None
+    while it has not been requested."""
     key = experiment_key(event)
     if key is None:
         raise ValueError(f"event {event.event_id} ({event.type}) is about no experiment")
+    if current is None and event.type != EXPERIMENT_ROOT:
+        return None
     row = current or ExperimentView(
         experiment_id=key,
         status="requested",
@@ -54,11 +65,14 @@ def evolve_experiment(current: ExperimentView | None, event: StoredEvent) -> Exp
         row,
         **changes,
         updated_at=max(row.updated_at, event.occurred_at),
-        last_position=event.position,
+        # The greater: a late request folds in the events that came before it.
+        last_position=max(row.last_position, event.position),
     )
 
 
 def _advance(row: ExperimentView, status: ExperimentStatus) -> ExperimentStatus:
+    if row.status in _OUTCOMES:
+        return row.status
     return status if _RANK[status] > _RANK[row.status] else row.status
 
 
@@ -83,15 +97,19 @@ def _scheduled(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Cha
 
 
 def _compared(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
+    if row.status in _OUTCOMES:
+        return {}  # the first outcome stands; this one stays in the log
     comparison = p.get("comparison")
     return dict(
-        comparison=dict(comparison) if isinstance(comparison, Mapping) else row.comparison,
-        status=_advance(row, "compared"),
+        comparison=dict(comparison) if isinstance(comparison, Mapping) else None,
+        status="compared",
     )
 
 
 def _failed(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
-    return dict(error=row.error or text(p, "reason") or "", status=_advance(row, "failed"))
+    if row.status in _OUTCOMES:
+        return {}
+    return dict(error=text(p, "reason") or "", status="failed")
 
 
 def _records(value: object) -> list[dict[str, Any]]:

@@ -6,15 +6,24 @@ plus one event gives the next row. Every value they write comes from the event (
 ``occurred_at``, ``position``), never from the clock, so replaying the log gives the same
 rows again.
 
+An evaluation exists once it is requested: only ``evaluation.requested`` creates its row.
+Another event about an evaluation nobody requested (a failure caused by a malformed message
+naming a random id, say) stays in the log and makes no row; should its request come after
+it after all (a request retried at the recorder), the request makes the row and the events
+before it are folded in, after it, in position order (``fold``), live as on a rebuild.
+
+An evaluation has one outcome: the first ``evaluation.completed`` or ``evaluation.failed`` by
+log position, for its status, its result and its error alike. A second outcome (a worker
+frozen past its failure that woke and finished, a job delivered again) stays in the log and
+changes nothing, so a completed evaluation never shows an error nor a failed one a result.
+
 Events arrive out of order (the analyzer's completion can overtake the worker's start), so:
-an evaluation's status only moves forward (requested < scheduled < running < failed <
-completed; failed is terminal, but a completion is the better-informed verdict), and once
-terminal no start or measurement moves it back; the first completion's result is the one
-kept (a second, from a job delivered again, stays in the log); an evaluation's agent, host
-and environment are those of its highest attempt, whatever order the attempts' events come
-in; an agent's status follows the newest event by ``occurred_at``; and a late event still
-fills details that are missing. Payloads are read leniently: a field that is absent or of the
-wrong type is treated as unknown rather than failing the append that carries it.
+an evaluation's status only moves forward (requested < scheduled < running < its outcome),
+and once it has an outcome no start or measurement moves it back; an evaluation's agent,
+host and environment are those of its highest attempt, whatever order the attempts' events
+come in; an agent's status follows the newest event by ``occurred_at``; and a late event
+still fills details that are missing. Payloads are read leniently: a field that is absent or
+of the wrong type is treated as unknown rather than failing the append that carries it.
 
 ``project`` applies a batch of just-stored events inside the append's (or rebuild's)
 transaction, in position order (the order a rebuild replays them in): one read of the rows
@@ -24,7 +33,7 @@ concerned, the fold in memory, one upsert per table.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -33,7 +42,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.eventstore import schema
-from shared.eventstore.experiments import evolve_experiment, experiment_key
+from shared.eventstore.experiments import EXPERIMENT_ROOT, evolve_experiment, experiment_key
 from shared.eventstore.payloads import StoredPayload, number, text, uuid_of
 from shared.eventstore.sql import one_of, upsert
 from shared.eventstore.views import (
@@ -46,26 +55,34 @@ from shared.eventstore.views import (
 )
 
 __all__ = [
+    "EVALUATION_ROOT",
     "agent_key",
     "artifact_key",
     "evaluation_key",
     "evolve_agent",
     "evolve_artifact",
     "evolve_evaluation",
+    "fold",
+    "fold_evaluation",
     "project",
 ]
 
 # The fields an event changes in a row (a keyword argument set for dataclasses.replace).
 Changes = dict[str, Any]
 
-# Forward-only order of statuses: an event may raise the status, never lower it.
+# The event that makes an evaluation exist; no other creates its row.
+EVALUATION_ROOT = "evaluation.requested"
+
+# Forward-only order of statuses: an event may raise the status, never lower it. The two
+# outcomes rank alike: whichever comes first is final (``_OUTCOMES``).
 _RANK: dict[EvaluationStatus, int] = {
     "requested": 0,
     "scheduled": 1,
     "running": 2,
     "failed": 3,
-    "completed": 4,
+    "completed": 3,
 }
+_OUTCOMES: frozenset[EvaluationStatus] = frozenset({"completed", "failed"})
 
 
 # --- evaluations ----------------------------------------------------------------------------
@@ -78,11 +95,14 @@ def evaluation_key(event: StoredEvent) -> uuid.UUID | None:
     return uuid_of(event.payload.get("evaluation_id"))
 
 
-def evolve_evaluation(current: EvaluationView | None, event: StoredEvent) -> EvaluationView:
-    """The evaluation after ``event`` (``current`` is None for one not seen before)."""
+def evolve_evaluation(current: EvaluationView | None, event: StoredEvent) -> EvaluationView | None:
+    """The evaluation after ``event`` (``current`` is None for one not seen before); None
+    while it has not been requested (``fold`` tells how a request that comes late is folded)."""
     key = evaluation_key(event)
     if key is None:
         raise ValueError(f"event {event.event_id} ({event.type}) is about no evaluation")
+    if current is None and event.type != EVALUATION_ROOT:
+        return None
     row = current or EvaluationView(
         evaluation_id=key,
         status="requested",
@@ -107,11 +127,19 @@ def evolve_evaluation(current: EvaluationView | None, event: StoredEvent) -> Eva
         row,
         **changes,
         updated_at=max(row.updated_at, event.occurred_at),
-        last_position=event.position,
+        # The greater: a late request folds in the events that came before it.
+        last_position=max(row.last_position, event.position),
     )
 
 
+def fold_evaluation(events: Iterable[StoredEvent]) -> EvaluationView | None:
+    """The evaluation one stream's ``events`` describe, or None if it was never requested."""
+    return fold(events, evolve_evaluation, EVALUATION_ROOT, evaluation_key)
+
+
 def _advance(row: EvaluationView, status: EvaluationStatus) -> EvaluationStatus:
+    if row.status in _OUTCOMES:
+        return row.status
     return status if _RANK[status] > _RANK[row.status] else row.status
 
 
@@ -183,21 +211,24 @@ def _attempt(p: StoredPayload) -> int:
 
 
 def _completed(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
+    if row.status in _OUTCOMES:
+        # The first outcome stands: what the user and the experiment saw does not change.
+        return {}
     result = p.get("result")
-    if row.status == "completed" or not isinstance(result, Mapping):
-        # The first completion stands: what the user and the experiment saw does not change.
-        return dict(status=_advance(row, "completed"))
-    return dict(result=dict(result), status=_advance(row, "completed"))
+    return dict(
+        result=dict(result) if isinstance(result, Mapping) else None,
+        status="completed",
+    )
 
 
 def _failed(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
+    if row.status in _OUTCOMES:
+        # A failure after the outcome (a timeout after a crash, a completed evaluation's
+        # echo) is kept in the log, not shown.
+        return {}
     stage = text(p, "stage") or "unknown"
     reason = text(p, "reason") or ""
-    # The first failure is the cause; later ones (e.g. a timeout after a crash) are echoes.
-    return dict(
-        error=row.error or f"{stage}: {reason}",
-        status=_advance(row, "failed"),
-    )
+    return dict(error=f"{stage}: {reason}", status="failed")
 
 
 _EvaluationHandler = Callable[[EvaluationView, StoredEvent, StoredPayload], Changes]
@@ -375,26 +406,62 @@ def evolve_artifact(current: ArtifactView | None, event: StoredEvent) -> Artifac
     )
 
 
-# --- applying a batch ------------------------------------------------------------------------
+# --- folding a stream, applying a batch -------------------------------------------------------
+
+K = TypeVar("K")
+V = TypeVar("V", EvaluationView, AgentView, ArtifactView, ExperimentView)
+Evolve = Callable[[V | None, StoredEvent], V | None]
+
+
+def fold(
+    events: Iterable[StoredEvent],
+    evolve: Evolve[V],
+    root: str,
+    key_of: Callable[[StoredEvent], object | None],
+) -> V | None:
+    """The row one stream's ``events`` (in any order; those ``key_of`` finds about no row are
+    passed over) make: none without a ``root`` event (the request that makes the row exist);
+    else the first root by position, then every other event in position order. ``project``
+    gives the same row whatever batches the events came in, live or rebuilding: a root that
+    finds no row folds in the stream's events stored before it."""
+    ordered = sorted(
+        (event for event in events if key_of(event) is not None), key=lambda event: event.position
+    )
+    first = next((event for event in ordered if event.type == root), None)
+    if first is None:
+        return None
+    row = evolve(None, first)
+    for event in ordered:
+        if event is not first:
+            row = evolve(row, event)
+    return row
 
 
 async def project(connection: AsyncConnection, stored: Sequence[StoredEvent]) -> None:
     """Apply ``stored`` (in position order) to the projections, on ``connection``'s transaction."""
     ordered = sorted(stored, key=lambda event: event.position)
     await _project_table(
-        connection, schema.evaluations, EvaluationView, ordered, evaluation_key, evolve_evaluation
+        connection,
+        schema.evaluations,
+        EvaluationView,
+        ordered,
+        evaluation_key,
+        evolve_evaluation,
+        root=EVALUATION_ROOT,
     )
     await _project_table(connection, schema.agents, AgentView, ordered, agent_key, evolve_agent)
     await _project_table(
         connection, schema.artifacts, ArtifactView, ordered, artifact_key, evolve_artifact
     )
     await _project_table(
-        connection, schema.experiments, ExperimentView, ordered, experiment_key, evolve_experiment
+        connection,
+        schema.experiments,
+        ExperimentView,
+        ordered,
+        experiment_key,
+        evolve_experiment,
+        root=EXPERIMENT_ROOT,
     )
-
-
-K = TypeVar("K")
-V = TypeVar("V", EvaluationView, AgentView, ArtifactView, ExperimentView)
 
 
 async def _project_table(
@@ -403,7 +470,9 @@ async def _project_table(
     view: type[V],
     ordered: Sequence[StoredEvent],
     key_of: Callable[[StoredEvent], K | None],
-    evolve: Callable[[V | None, StoredEvent], V],
+    evolve: Evolve[V],
+    *,
+    root: str | None = None,
 ) -> None:
     keyed = [(key, event) for event in ordered if (key := key_of(event)) is not None]
     if not keyed:
@@ -418,8 +487,30 @@ async def _project_table(
     }
     changed: dict[K, V] = {}
     for key, event in keyed:
-        rows[key] = changed[key] = evolve(rows.get(key), event)
-    await connection.execute(upsert(dialect, table), [_as_row(row) for row in changed.values()])
+        current = rows.get(key)
+        if current is None and root is not None and event.type == root:
+            # The request came after other events of its stream (stored, but making no row):
+            # fold them in after it, as ``fold`` does on any replay.
+            earlier: list[StoredEvent] = await _stored_before(connection, event)
+            ours: list[StoredEvent] = [e for e in earlier if key_of(e) == key]
+            evolved = fold([*ours, event], evolve, root, key_of)
+        else:
+            evolved = evolve(current, event)
+        if evolved is not None:
+            rows[key] = changed[key] = evolved
+    if changed:
+        await connection.execute(upsert(dialect, table), [_as_row(row) for row in changed.values()])
+
+
+async def _stored_before(connection: AsyncConnection, event: StoredEvent) -> list[StoredEvent]:
+    """The events of ``event``'s stream stored before it (this batch's included)."""
+    events = schema.events
+    query = (
+        select(events)
+        .where(events.c.stream_id == event.stream_id, events.c.position < event.position)
+        .order_by(events.c.position)
+    )
+    return [StoredEvent.from_row(row) for row in (await connection.execute(query)).mappings()]
 
 
 def _as_row(view: EvaluationView | AgentView | ArtifactView | ExperimentView) -> dict[str, Any]:

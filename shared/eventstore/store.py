@@ -328,7 +328,7 @@ class EventStore:
         with self._errors():
             async with self._engine.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
-        return [_from_row(row) for row in rows]
+        return [StoredEvent.from_row(row) for row in rows]
 
     async def read_streams(self, stream_ids: Collection[str]) -> list[StoredEvent]:
         """The events of several streams (e.g. an experiment and its members'), in position
@@ -344,7 +344,7 @@ class EventStore:
                     .order_by(_events.c.position)
                 )
                 rows = (await connection.execute(query)).mappings().all()
-        return [_from_row(row) for row in rows]
+        return [StoredEvent.from_row(row) for row in rows]
 
     async def read_all(self, *, after: int = 0, limit: int = 1000) -> list[StoredEvent]:
         """Up to ``limit`` events with a position greater than ``after``, in position order."""
@@ -458,7 +458,7 @@ async def _read_events(connection: AsyncConnection, after: int, limit: int) -> l
         select(_events).where(_events.c.position > after).order_by(_events.c.position).limit(limit)
     )
     rows = (await connection.execute(query)).mappings().all()
-    return [_from_row(row) for row in rows]
+    return [StoredEvent.from_row(row) for row in rows]
 
 
 def _to_row(envelope: Envelope, version: int, recorded_at: datetime) -> dict[str, Any]:
@@ -485,29 +485,7 @@ def _to_row(envelope: Envelope, version: int, recorded_at: datetime) -> dict[str
 
 
 def _stored(row: Mapping[str, Any], position: int) -> StoredEvent:
-    return _from_row({**row, "position": position})
-
-
-def _from_row(row: Mapping[Any, Any]) -> StoredEvent:
-    meta: Mapping[str, Any] = row["metadata"]
-    causation = meta.get("causation_id")
-    return StoredEvent(
-        position=row["position"],
-        stream_id=row["stream_id"],
-        version=row["version"],
-        event_id=row["event_id"],
-        type=row["type"],
-        schema_version=row["schema_version"],
-        occurred_at=row["occurred_at"],
-        recorded_at=row["recorded_at"],
-        trace_id=meta["trace_id"],
-        correlation_id=row["correlation_id"],
-        causation_id=None if causation is None else uuid.UUID(causation),
-        traceparent=meta.get("traceparent"),
-        tracestate=meta.get("tracestate"),
-        producer=meta.get("producer"),
-        payload=row["payload"],
-    )
+    return StoredEvent.from_row({**row, "position": position})
 
 
 # SQLSTATE classes meaning "the database cannot serve us now": connection exceptions,

@@ -7,6 +7,7 @@ while appending and rebuilding, and every value in them came out of the store al
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
@@ -57,6 +58,29 @@ class StoredEvent:
     tracestate: str | None
     producer: str | None
     payload: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> StoredEvent:
+        """The event a row of the ``events`` table holds."""
+        meta: Mapping[str, Any] = row["metadata"]
+        causation = meta.get("causation_id")
+        return cls(
+            position=row["position"],
+            stream_id=row["stream_id"],
+            version=row["version"],
+            event_id=row["event_id"],
+            type=row["type"],
+            schema_version=row["schema_version"],
+            occurred_at=row["occurred_at"],
+            recorded_at=row["recorded_at"],
+            trace_id=meta["trace_id"],
+            correlation_id=row["correlation_id"],
+            causation_id=None if causation is None else uuid.UUID(causation),
+            traceparent=meta.get("traceparent"),
+            tracestate=meta.get("tracestate"),
+            producer=meta.get("producer"),
+            payload=row["payload"],
+        )
 
     def envelope(self) -> Envelope:
         """The message as it was published, e.g. to replay it to a consumer."""

@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from shared.inputs import MAX_ITEMS
 from shared.manifests.fields import (
     ElementType,
     Labels,
@@ -59,7 +60,7 @@ Split = Annotated[
 class SampleSpec(Strict):
     """One sample: an array (``shape`` and ``element_type``) or an encoded image file."""
 
-    shape: list[int] | None = Field(default=None, min_length=1)
+    shape: list[int] | None = Field(default=None, min_length=1, max_length=MAX_ITEMS)
     element_type: ElementType | None = None
     encoding: Literal["png", "jpeg"] | None = None
 
@@ -87,7 +88,7 @@ class DatasetManifest(Versioned):
     kind: Literal["dataset"] = "dataset"
     source: DatasetSource
     samples: PositiveInt
-    splits: dict[str, Split] = Field(default_factory=dict)
+    splits: dict[str, Split] = Field(default_factory=dict, max_length=MAX_ITEMS)
     labels: Labels | None = None
     element: SampleSpec
 

@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -22,6 +21,7 @@ from pydantic import (
     field_validator,
 )
 
+from shared.inputs import BOUNDED, MAX_DESCRIPTION, MAX_ITEMS, MAX_LABELS, MAX_NAME
 from shared.manifests.versions import parse_version
 
 __all__ = [
@@ -73,9 +73,10 @@ def digest_text(value: object) -> object:
 
 
 class Strict(BaseModel):
-    """Immutable, and a misspelt field is an error rather than silently ignored."""
+    """Immutable, and a misspelt field is an error rather than silently ignored; every string
+    bounded (``shared.inputs``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = BOUNDED
 
 
 def _labels_kind(value: Any) -> str | None:
@@ -84,7 +85,7 @@ def _labels_kind(value: Any) -> str | None:
 
 # Class names (index i is class i), or the path of a UTF-8 text file with one name per line.
 Labels = Annotated[
-    Annotated[str, Tag("file")] | Annotated[list[str], Tag("names")],
+    Annotated[str, Tag("file")] | Annotated[list[str], Tag("names"), Field(max_length=MAX_LABELS)],
     Discriminator(
         _labels_kind,
         custom_error_type="labels",
@@ -134,12 +135,12 @@ def check_dims(value: list[int] | None) -> list[int] | None:
 class Versioned(Strict):
     """What every registered artifact with a semantic version says about itself."""
 
-    name: str = Field(pattern=NAME_PATTERN)
-    version: str
-    description: str = ""
+    name: str = Field(pattern=NAME_PATTERN, max_length=MAX_NAME)
+    version: str = Field(max_length=MAX_NAME)
+    description: str = Field(default="", max_length=MAX_DESCRIPTION)
     license: str | None = None
-    references: list[str] = Field(default_factory=list)
-    task: str | None = None
+    references: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
+    task: str | None = Field(default=None, max_length=MAX_NAME)
 
     _semver = field_validator("version", mode="before")(semver)
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from packaging.version import InvalidVersion, Version
 from pydantic import Field, field_validator
 
+from shared.inputs import MAX_DESCRIPTION, MAX_ITEMS
 from shared.manifests.fields import FrameworkName, Hardware, Strict
 
 __all__ = ["FrameworkManifest"]
@@ -28,8 +29,8 @@ class FrameworkManifest(Strict):
     kind: Literal["framework"] = "framework"
     name: FrameworkName
     version: str
-    hardware: list[Hardware] = Field(min_length=1)
-    description: str = ""
+    hardware: list[Hardware] = Field(min_length=1, max_length=MAX_ITEMS)
+    description: str = Field(default="", max_length=MAX_DESCRIPTION)
     package: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
     @field_validator("version", mode="before")

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from shared.errors import ManifestError
+from shared.inputs import unsafe_text
 from shared.manifests.dataset import DatasetManifest
 from shared.manifests.fields import MANIFEST_DIR, UNION_TAGS
 from shared.manifests.framework import FrameworkManifest
@@ -19,7 +20,13 @@ from shared.manifests.kinds import MANIFEST_KINDS, Manifest, kind_of
 from shared.manifests.model import ModelManifest
 from shared.manifests.steps import INPUT_OPS, OUTPUT_OPS
 
-__all__ = ["load_manifest", "load_manifests", "parse_manifest", "read_yaml"]
+__all__ = ["MAX_MANIFEST_NODES", "load_manifest", "load_manifests", "parse_manifest", "read_yaml"]
+
+# The default bound on a manifest's YAML nodes (DLSCOPE_MAX_MANIFEST_NODES): a classifier's
+# labels written out (ImageNet-21k's 21 841 names) fit many times over.
+MAX_MANIFEST_NODES = 200_000
+# Problems a refusal lists: the first few say what to fix; thousands would bury them.
+_LISTED = 10
 
 M = TypeVar("M", ModelManifest, FrameworkManifest, DatasetManifest)
 
@@ -38,11 +45,38 @@ def load_manifest(path: Path) -> Manifest:
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML's safe loader, except that a ``sha256`` is kept as the text it is written as.
+    """YAML's safe loader, bounded, and with every ``sha256`` kept as the text it is written as.
 
     A digest of digits only would otherwise be read as a number (and one with leading zeros
     could not be told back from it): taken as written, it validates as the string it is.
+
+    Aliases are refused: a few hundred bytes of anchors and aliases can stand for millions of
+    nodes (a "billion laughs"), and a manifest has no need of them. The nodes of the document
+    are counted as they are composed, so a large one stops at ``max_nodes`` rather than after
+    it has filled the memory.
     """
+
+    max_nodes = MAX_MANIFEST_NODES
+    _nodes = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            alias = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"aliases (*{alias.anchor}) are not accepted in a manifest: write the value out",
+                alias.start_mark,
+            )
+        self._nodes += 1
+        if self._nodes > self.max_nodes:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"the document has more than {self.max_nodes} nodes (DLSCOPE_MAX_MANIFEST_NODES)",
+                self.peek_event().start_mark,  # type: ignore[no-untyped-call]
+            )
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         for key, value in node.value:
@@ -59,9 +93,15 @@ class _Loader(yaml.SafeLoader):
 _INT, _FLOAT, _STR = (f"tag:yaml.org,2002:{t}" for t in ("int", "float", "str"))
 
 
-def read_yaml(text: str | bytes) -> Any:
-    """A YAML document as ``yaml.safe_load`` reads it, every ``sha256`` kept as text."""
-    return yaml.load(text, Loader=_Loader)
+def read_yaml(text: str | bytes, *, max_nodes: int = MAX_MANIFEST_NODES) -> Any:
+    """A YAML document as ``yaml.safe_load`` reads it, every ``sha256`` kept as text; without
+    aliases and with at most ``max_nodes`` nodes (``yaml.YAMLError`` says which was passed)."""
+    loader = _Loader(text)
+    loader.max_nodes = max_nodes
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def parse_manifest(data: object, *, origin: str, directory: Path | None = None) -> Manifest:
@@ -73,6 +113,10 @@ def parse_manifest(data: object, *, origin: str, directory: Path | None = None) 
     """
     if not isinstance(data, dict):
         raise ManifestError(f"{origin}: a manifest must be a YAML mapping")
+    problem = unsafe_text(data)
+    if problem is not None:
+        where = ".".join(str(p) for p in problem[0]) or "<root>"
+        raise ManifestError(f"{origin}: {where}: the text holds {problem[1]}")
     # Dispatch on `kind` here rather than through the union, so error paths start at the
     # manifest's own fields (inputs.0...) rather than at the union's tag (model.inputs.0...).
     kind = kind_of(data)
@@ -84,8 +128,10 @@ def parse_manifest(data: object, *, origin: str, directory: Path | None = None) 
     try:
         return schema.model_validate(data, context=context)
     except ValidationError as exc:
-        problems = "; ".join(_describe(err) for err in exc.errors(include_url=False))
-        raise ManifestError(f"{origin}: {problems}") from exc
+        errors = exc.errors(include_url=False)
+        problems = "; ".join(_describe(err) for err in errors[:_LISTED])
+        more = f"; and {len(errors) - _LISTED} more" if len(errors) > _LISTED else ""
+        raise ManifestError(f"{origin}: {problems}{more}") from exc
 
 
 @overload

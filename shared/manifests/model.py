@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
 
+from shared.inputs import MAX_DESCRIPTION, MAX_ITEMS
 from shared.manifests.fields import (
     ElementType,
     FrameworkName,
@@ -45,7 +46,7 @@ class TensorSpec(Strict):
     name: str = Field(min_length=1)
     element_type: ElementType = "float32"
     # -1 marks a dimension chosen at run time (the batch dimension, usually the first).
-    shape: list[int] = Field(min_length=1)
+    shape: list[int] = Field(min_length=1, max_length=MAX_ITEMS)
     layout: str | None = None
 
     _dims = field_validator("shape")(check_dims)
@@ -54,7 +55,7 @@ class TensorSpec(Strict):
 class InputSpec(TensorSpec):
     """A model input and the steps that make it from one raw sample (an image file, say)."""
 
-    steps: list[InputStep] = Field(default_factory=list)
+    steps: list[InputStep] = Field(default_factory=list, max_length=MAX_ITEMS)
 
     @model_validator(mode="after")
     def _steps_give_this_tensor(self) -> InputSpec:
@@ -67,7 +68,7 @@ class InputSpec(TensorSpec):
 class OutputSpec(TensorSpec):
     """A model output and the steps that make an answer of it (probabilities, top-5, ...)."""
 
-    steps: list[OutputStep] = Field(default_factory=list)
+    steps: list[OutputStep] = Field(default_factory=list, max_length=MAX_ITEMS)
 
     @model_validator(mode="after")
     def _topk_last(self) -> OutputSpec:
@@ -79,8 +80,8 @@ class HardwareHints(Strict):
     """What a model needs to run well; the scheduler may use it, a user reads it."""
 
     min_memory_bytes: PositiveInt | None = None
-    accelerators: list[Literal["gpu", "fpga"]] = Field(default_factory=list)
-    notes: str = ""
+    accelerators: list[Literal["gpu", "fpga"]] = Field(default_factory=list, max_length=2)
+    notes: str = Field(default="", max_length=MAX_DESCRIPTION)
 
 
 class Accuracy(Strict):
@@ -106,8 +107,8 @@ class ModelManifest(Versioned):
 
     kind: Literal["model"] = "model"
     framework: FrameworkRequirement
-    inputs: list[InputSpec] = Field(min_length=1)
-    outputs: list[OutputSpec] = Field(min_length=1)
+    inputs: list[InputSpec] = Field(min_length=1, max_length=MAX_ITEMS)
+    outputs: list[OutputSpec] = Field(min_length=1, max_length=MAX_ITEMS)
     # The graph (or the whole model, when it is one file).
     source: ModelSource
     # Weights kept in a file of their own, for formats that split them from the graph.

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from shared.inputs import MAX_ITEMS
 from shared.manifests.fields import ElementType, Labels, Strict, is_loading, labels_file
 from shared.manifests.plugins import STEP_GROUP, installed_steps
 
@@ -93,8 +94,8 @@ class NormalizeStep(Strict):
     """float32 ``(x / scale - mean) / std`` per channel (one value applies to every channel)."""
 
     op: Literal["normalize"] = "normalize"
-    mean: list[float] = Field(min_length=1)
-    std: list[float] = Field(min_length=1)
+    mean: list[float] = Field(min_length=1, max_length=MAX_ITEMS)
+    std: list[float] = Field(min_length=1, max_length=MAX_ITEMS)
     scale: float = Field(default=1.0, gt=0)
 
     @model_validator(mode="after")

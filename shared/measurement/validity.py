@@ -2,7 +2,8 @@
 
 Errors break the scenario's run rules (MLPerf's, where it has them): too few queries, too
 short, a server latency bound missed, a load generator that did not apply the requested
-load, queries left unfinished. Any error makes the run INVALID. Warnings question the
+load, queries left unfinished, a query that stalled (the process was stopped mid-query: it
+timed the stall, not the model). Any error makes the run INVALID. Warnings question the
 conditions (a CPU governor that scales frequency, other busy processes, a warm-up that never
 settled, high run-to-run variation, a harness that costs a noticeable part of each latency):
 the run stays VALID, and the reader decides.
@@ -31,6 +32,7 @@ class ReasonCode(StrEnum):
     LATENCY_BOUND_MISSED = "latency_bound_missed"
     LOAD_GENERATOR_LATE = "load_generator_late"
     QUERIES_UNFINISHED = "queries_unfinished"
+    QUERY_STALLED = "query_stalled"
     HIGH_RUN_TO_RUN_VARIATION = "high_run_to_run_variation"
     CPU_GOVERNOR_NOT_PERFORMANCE = "cpu_governor_not_performance"
     OTHER_HEAVY_PROCESSES = "other_heavy_processes"
@@ -92,6 +94,14 @@ class ValidityThresholds(_Frozen):
     )
     max_load_per_cpu: float = Field(
         default=1.0, gt=0, description="1-minute load average (less our own) per logical CPU"
+    )
+    # A stalled query is one past both bounds. Both, so that a quiet run never trips it: a
+    # fast model's tail (a page fault, a scheduler tick) stays far below a second, and a slow
+    # one's (seconds per query) far below a hundred times its median; a worker stopped for
+    # seconds (SIGSTOP, a paused VM, a host swapping) is past both.
+    stall_min_s: float = Field(default=1.0, gt=0, description="a stalled query takes longer")
+    stall_factor: float = Field(
+        default=100.0, gt=1, description="and longer than this many times the median"
     )
 
 
@@ -204,6 +214,19 @@ def _phase_reasons(
             measured=phase.unfinished_queries,
             limit=0,
         )
+    if (stall := _stall(phase, stats, limits)) is not None:
+        stalled, limit_ns = stall
+        yield reason(
+            ReasonCode.QUERY_STALLED,
+            Severity.ERROR,
+            f"{len(stalled)} timed {'query' if len(stalled) == 1 else 'queries'} took longer "
+            f"than {limit_ns / 1e9:.3f} s (over {limits.stall_factor:g} times the median "
+            f"{stats.median.value_ns / 1e6:.3f} ms), the longest {max(stalled) / 1e9:.3f} s: "
+            "the process was held up mid-query (stopped, paused or swapped out), and that "
+            "time was measured, not the model",
+            measured=max(stalled) / 1e9,
+            limit=limit_ns / 1e9,
+        )
     if isinstance(scenario, Server):
         yield from _server_reasons(scenario, phase, stats, limits)
     warmup = phase.warmup
@@ -228,6 +251,15 @@ def _phase_reasons(
             measured=share,
             limit=limits.max_overhead_share,
         )
+
+
+def _stall(
+    phase: TimedPhase, stats: LatencyStatistics, limits: ValidityThresholds
+) -> tuple[list[int], float] | None:
+    """The latencies of the queries that stalled and the bound they passed, or None."""
+    limit_ns = max(limits.stall_min_s * 1e9, limits.stall_factor * stats.median.value_ns)
+    stalled = [latency for latency in phase.latencies_ns if latency > limit_ns]
+    return (stalled, limit_ns) if stalled else None
 
 
 def _server_reasons(

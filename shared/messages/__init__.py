@@ -25,6 +25,12 @@ from shared.messages.analysis import (
     SeriesPoint,
     WarmupFigure,
 )
+from shared.messages.attempts import (
+    ATTEMPT_CALL,
+    AttemptStanding,
+    CheckAttempt,
+    EvaluationLateMeasurement,
+)
 from shared.messages.envelope import Envelope, Payload, decode, encode, payload_type
 from shared.messages.evaluation import (
     FRAMEWORKS,
@@ -86,6 +92,7 @@ from shared.messages.registry import (
     RegistrationResult,
     ResolveArtifact,
     ResolvedArtifact,
+    UploadedFile,
     artifact_stream,
 )
 from shared.messages.routing import Topology, job_key, rpc_key
@@ -100,6 +107,7 @@ from shared.messages.tracing import (
 )
 
 __all__ = [
+    "ATTEMPT_CALL",
     "DEFAULT_TRACE_LEVEL",
     "DEFAULT_TRACE_QUERIES",
     "DRIVERS",
@@ -119,8 +127,10 @@ __all__ = [
     "AgentsDiscover",
     "ArtifactDeprecated",
     "ArtifactRegistered",
+    "AttemptStanding",
     "BatchPoint",
     "CdfPoint",
+    "CheckAttempt",
     "ComparedLatency",
     "DeprecateArtifact",
     "DeprecationResult",
@@ -129,6 +139,7 @@ __all__ = [
     "EvaluationFailed",
     "EvaluationFigures",
     "EvaluationHistory",
+    "EvaluationLateMeasurement",
     "EvaluationMeasured",
     "EvaluationProfiled",
     "EvaluationProgress",
@@ -177,6 +188,7 @@ __all__ = [
     "SeriesPoint",
     "Topology",
     "TraceLevel",
+    "UploadedFile",
     "WarmupFigure",
     "agent_stream",
     "artifact_stream",

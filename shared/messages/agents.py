@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import Field
 
+from shared.inputs import Reason
 from shared.messages.envelope import Payload
 from shared.messages.evaluation import Framework, Hardware
 
@@ -54,7 +55,7 @@ class AgentOffline(Payload):
     TYPE = "agent.offline"
 
     agent_id: str
-    reason: str
+    reason: Reason
 
 
 class AgentsDiscover(Payload):

@@ -19,6 +19,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.inputs import Reason
 from shared.messages.envelope import Payload
 
 __all__ = [
@@ -144,7 +145,7 @@ class FiguresReply(Payload):
     unmeasured: list[uuid.UUID] = Field(
         default_factory=list, description="no measurement stored (yet): failed, or running"
     )
-    error: str | None = None
+    error: Reason | None = None
 
 
 class HistoryPoint(_Frozen):
@@ -190,4 +191,4 @@ class HistoryReply(Payload):
     TYPE = "analyzer.history-reply"
 
     history: EvaluationHistory | None = None
-    error: str | None = None
+    error: Reason | None = None

@@ -13,17 +13,21 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Self, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from shared.errors import InvalidMessage
+from shared.inputs import BOUNDED, MAX_NAME, unsafe_text
 
 __all__ = ["Envelope", "Payload", "decode", "encode", "payload_type"]
 
 
 class Payload(BaseModel):
-    """Base of every typed message body. ``TYPE`` doubles as the event's routing key."""
+    """Base of every typed message body. ``TYPE`` doubles as the event's routing key.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Every string field is bounded (``shared.inputs``): a message from anyone on the broker is
+    refused, naming the field, rather than carried into the store."""
+
+    model_config = BOUNDED
 
     TYPE: ClassVar[str]
     SCHEMA: ClassVar[int] = 1
@@ -52,12 +56,12 @@ P = TypeVar("P", bound=Payload)
 class Envelope(BaseModel):
     """Metadata shared by all messages, plus the payload as plain JSON."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = BOUNDED
 
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
-    type: str
+    type: str = Field(max_length=MAX_NAME)
     schema_version: int = 1
-    stream_id: str = Field(min_length=1)
+    stream_id: str = Field(min_length=1, max_length=MAX_NAME)
     occurred_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     correlation_id: uuid.UUID
     causation_id: uuid.UUID | None = None
@@ -155,9 +159,14 @@ def decode(body: bytes) -> Envelope:
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        # orjson also refuses what is not UTF-8 and unpaired surrogates, and says so.
         raise InvalidMessage(f"message body is not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise InvalidMessage("message body must be a JSON object (the envelope)")
+    # A NUL can only arrive escaped; look for the escape before walking the whole message.
+    if b"\\u0000" in body and (problem := unsafe_text(data)) is not None:
+        where = ".".join(str(p) for p in problem[0])
+        raise InvalidMessage(f"invalid envelope: {where}: the text holds {problem[1]}")
     try:
         return Envelope.model_validate(data)
     except ValidationError as exc:

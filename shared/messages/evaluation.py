@@ -19,6 +19,8 @@ from typing import Any, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from shared.errors import InvalidMessage
+from shared.inputs import BOUNDED, MAX_NAME, Reason
 from shared.manifests import DatasetManifest, FrameworkName, Hardware, ModelManifest
 from shared.measurement import LatencyStatistics, ScenarioResult, Verdict
 from shared.measurement.loadgen import LoadgenResult
@@ -68,19 +70,29 @@ class EvaluationRequested(Payload):
     TYPE = "evaluation.requested"
 
     evaluation_id: uuid.UUID
-    model: str = Field(min_length=1, description="model name in the registry")
-    model_version: str = Field(default="*", description="version constraint, e.g. '>=1.0,<2'")
+    model: str = Field(min_length=1, max_length=MAX_NAME, description="model name in the registry")
+    model_version: str = Field(
+        default="*", max_length=MAX_NAME, description="version constraint, e.g. '>=1.0,<2'"
+    )
     framework: Framework
-    framework_version: str = "*"
+    framework_version: str = Field(default="*", max_length=MAX_NAME)
     hardware: Hardware = "cpu"
-    agent_id: str | None = Field(default=None, description="pin the evaluation to one agent")
+    agent_id: str | None = Field(
+        default=None, max_length=MAX_NAME, description="pin the evaluation to one agent"
+    )
     scenario: Scenario = Field(default_factory=Scenario)
     dataset: str | None = Field(
-        default=None, description="a labelled dataset: top-1/top-5 accuracy is measured on it"
+        default=None,
+        max_length=MAX_NAME,
+        description="a labelled dataset: top-1/top-5 accuracy is measured on it",
     )
-    dataset_version: str = Field(default="*", description="dataset version constraint")
-    split: str | None = Field(default=None, description="one split of the dataset, e.g. test")
-    requested_by: str | None = None
+    dataset_version: str = Field(
+        default="*", max_length=MAX_NAME, description="dataset version constraint"
+    )
+    split: str | None = Field(
+        default=None, max_length=MAX_NAME, description="one split of the dataset, e.g. test"
+    )
+    requested_by: str | None = Field(default=None, max_length=MAX_NAME)
     experiment_id: uuid.UUID | None = Field(
         default=None, description="the experiment this evaluation is a member of"
     )
@@ -191,7 +203,7 @@ class EvaluationMeasured(Payload):
 class AccuracyMeasurement(BaseModel):
     """Top-1 and top-5 accuracy of the model's outputs against a dataset's labels."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = BOUNDED
 
     top1: float = Field(ge=0, le=1)
     top5: float = Field(ge=0, le=1)
@@ -255,33 +267,34 @@ class EvaluationFailed(Payload):
 
     evaluation_id: uuid.UUID
     stage: FailureStage
-    reason: str
+    reason: Reason
     experiment_id: uuid.UUID | None = None
 
 
 def failure_caused_by(
     envelope: Envelope,
+    expected: type[EvaluationRequested] | type[RunEvaluation],
     *,
     stage: FailureStage,
     reason: str,
     producer: str,
     key: str | None = None,
 ) -> Envelope | None:
-    """The ``evaluation.failed`` event for a message about an evaluation that could not be
-    handled; None when the message names no evaluation (it may be the reason it failed).
-    The experiment the message names, if any, is named too: its comparison waits for it.
-    ``key`` tells apart failures one message may cause more than once (see
+    """The ``evaluation.failed`` event for a request or a job (``expected``: what the queue
+    it came from carries) that could not be handled. None for a message that is not a valid
+    ``expected``: whatever evaluation id it names, nobody requested an evaluation by it, so
+    it is dead-lettered and fails none (malformed jobs naming random ids once made phantom
+    evaluations). The experiment the message names, if any, is named too: its comparison
+    waits for it. ``key`` tells apart failures one message may cause more than once (see
     ``Envelope.caused``), e.g. one per attempt at a job."""
     try:
-        evaluation_id = uuid.UUID(str(envelope.payload.get("evaluation_id")))
-    except ValueError:
+        about = envelope.open(expected)
+    except InvalidMessage:
         return None
-    try:
-        experiment = envelope.payload.get("experiment_id")
-        experiment_id = None if experiment is None else uuid.UUID(str(experiment))
-    except ValueError:
-        experiment_id = None
     failed = EvaluationFailed(
-        evaluation_id=evaluation_id, stage=stage, reason=reason, experiment_id=experiment_id
+        evaluation_id=about.evaluation_id,
+        stage=stage,
+        reason=reason,
+        experiment_id=about.experiment_id,
     )
     return envelope.caused(failed, producer=producer, key=key)

@@ -20,15 +20,17 @@ in from one name (see ``shared.messages.lineage``).
 from __future__ import annotations
 
 import uuid
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
+from shared.inputs import BOUNDED, MAX_NAME, Reason
 from shared.manifests import parse_constraint
 from shared.messages.envelope import Payload
 from shared.messages.evaluation import AccuracyMeasurement, Framework, Hardware, Scenario
 
 __all__ = [
+    "MAX_MEMBERS",
     "ComparedLatency",
     "ExperimentCompared",
     "ExperimentComparison",
@@ -51,7 +53,7 @@ def experiment_stream(experiment_id: uuid.UUID) -> str:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = BOUNDED
 
 
 def _constraint(value: str) -> str:
@@ -60,8 +62,10 @@ def _constraint(value: str) -> str:
 
 
 class ModelRef(_Frozen):
-    model: str = Field(min_length=1, description="model name in the registry")
-    version: str = Field(default="*", description="version constraint, e.g. '==1.0.0'")
+    model: str = Field(min_length=1, max_length=MAX_NAME, description="model name in the registry")
+    version: str = Field(
+        default="*", max_length=MAX_NAME, description="version constraint, e.g. '==1.0.0'"
+    )
 
     _version = field_validator("version")(_constraint)
 
@@ -86,7 +90,9 @@ class ParityTolerance(_Frozen):
     )
 
 
-FrameworkSelection = list[Framework] | Literal["all"]
+# More models than frameworks, or members than agents, is a mistake rather than a plan.
+MAX_MEMBERS = 64
+FrameworkSelection = Annotated[list[Framework], Field(max_length=MAX_MEMBERS)] | Literal["all"]
 
 
 class ExperimentRequested(Payload):
@@ -95,18 +101,19 @@ class ExperimentRequested(Payload):
     experiment_id: uuid.UUID
     models: list[ModelRef] = Field(
         min_length=1,
+        max_length=MAX_MEMBERS,
         description="the model, one export per framework; the first is the reference",
     )
     frameworks: FrameworkSelection = Field(
         default="all",
         description="'all': every framework among the models' that has an online worker",
     )
-    framework_version: str = "*"
+    framework_version: str = Field(default="*", max_length=MAX_NAME)
     hardware: Hardware = "cpu"
     scenario: Scenario = Field(default_factory=Scenario)
-    dataset: str | None = None
-    dataset_version: str = "*"
-    split: str | None = None
+    dataset: str | None = Field(default=None, max_length=MAX_NAME)
+    dataset_version: str = Field(default="*", max_length=MAX_NAME)
+    split: str | None = Field(default=None, max_length=MAX_NAME)
     tolerance: ParityTolerance = Field(default_factory=ParityTolerance)
     timeout_s: float | None = Field(
         default=None,
@@ -114,7 +121,7 @@ class ExperimentRequested(Payload):
         description="compare what has finished this long after scheduling; "
         "default DLSCOPE_EVALUATION_TIMEOUT_S",
     )
-    requested_by: str | None = None
+    requested_by: str | None = Field(default=None, max_length=MAX_NAME)
 
     _versions = field_validator("framework_version", "dataset_version")(_constraint)
 
@@ -144,7 +151,7 @@ class ExperimentMember(_Frozen):
 class ExperimentGap(_Frozen):
     """Something the experiment asked for that did not run, and why."""
 
-    reason: str
+    reason: Reason
     model: str | None = None
     framework: str | None = None
     agent_id: str | None = None
@@ -165,7 +172,7 @@ class ExperimentFailed(Payload):
     TYPE = "experiment.failed"
 
     experiment_id: uuid.UUID
-    reason: str
+    reason: Reason
 
 
 class ComparedLatency(_Frozen):
@@ -191,7 +198,7 @@ class MemberResult(_Frozen):
     )
     latency: ComparedLatency | None = None
     accuracy: AccuracyMeasurement | None = None
-    error: str | None = Field(default=None, description="'<stage>: <reason>' unless completed")
+    error: Reason | None = Field(default=None, description="'<stage>: <reason>' unless completed")
 
 
 class PairParity(_Frozen):
@@ -209,7 +216,7 @@ class PairParity(_Frozen):
     )
     bitwise_identical: bool = False
     within_tolerance: bool
-    reason: str | None = Field(default=None, description="why not comparable or not within")
+    reason: Reason | None = Field(default=None, description="why not comparable or not within")
 
 
 class ExperimentComparison(_Frozen):

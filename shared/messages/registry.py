@@ -8,16 +8,20 @@ Events (stream ``artifact-<kind>-<name>``, on the events exchange, recorded like
 Request/reply (routing key ``rpc.registry.<call>`` on the jobs exchange):
 
     resolve     kind + name + version constraint -> the highest matching manifest
-    register    a manifest, as submitted -> registered, already registered, or refused
+    register    a manifest, as submitted, with the files it uploads -> registered, already
+                registered, or refused
     deprecate   name + version + reason -> done or refused
 """
 
 from __future__ import annotations
 
-from typing import Any
+import base64
+import binascii
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
+from shared.inputs import MAX_DESCRIPTION, MAX_ITEMS, MAX_NAME, Reason
 from shared.manifests import Manifest
 from shared.messages.envelope import Payload
 
@@ -30,6 +34,7 @@ __all__ = [
     "RegistrationResult",
     "ResolveArtifact",
     "ResolvedArtifact",
+    "UploadedFile",
     "artifact_stream",
 ]
 
@@ -54,15 +59,15 @@ class ArtifactDeprecated(Payload):
     kind: str
     name: str
     version: str
-    reason: str
+    reason: str = Field(max_length=MAX_DESCRIPTION)
 
 
 class ResolveArtifact(Payload):
     TYPE = "registry.resolve"
 
-    kind: str = Field(description="model, dataset or framework")
-    name: str = Field(min_length=1)
-    version: str = "*"
+    kind: str = Field(max_length=MAX_NAME, description="model, dataset or framework")
+    name: str = Field(min_length=1, max_length=MAX_NAME)
+    version: str = Field(default="*", max_length=MAX_NAME)
 
 
 class ResolvedArtifact(Payload):
@@ -71,7 +76,34 @@ class ResolvedArtifact(Payload):
     TYPE = "registry.resolved"
 
     manifest: Manifest | None = None
-    error: str | None = None
+    error: Reason | None = None
+
+
+def _from_base64(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"not base64: {exc}") from None
+
+
+# Bytes in Python, base64 text in JSON.
+Base64 = Annotated[
+    bytes,
+    BeforeValidator(_from_base64),
+    PlainSerializer(lambda data: base64.b64encode(data).decode("ascii"), when_used="json"),
+]
+
+
+class UploadedFile(BaseModel):
+    """A file sent with a registration: a source of its manifest that names it by a relative
+    path is this file, matched by sha256."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=MAX_NAME, description="its file name")
+    content: Base64 = Field(description="its bytes, base64 on the wire")
 
 
 class RegisterArtifact(Payload):
@@ -80,6 +112,17 @@ class RegisterArtifact(Payload):
     TYPE = "registry.register"
 
     manifest: dict[str, Any]
+    files: list[UploadedFile] = Field(
+        default_factory=list,
+        max_length=MAX_ITEMS,
+        description="the files its relative sources name (DLSCOPE_MAX_UPLOAD_BYTES in all)",
+    )
+    local: bool = Field(
+        default=False,
+        description="sent by a local user of an embedded registry (dlscope models register "
+        "without --gateway), whose manifest may name any path they can read; ignored by a "
+        "registry on a shared broker",
+    )
 
 
 class RegistrationResult(Payload):
@@ -87,7 +130,7 @@ class RegistrationResult(Payload):
 
     manifest: Manifest | None = None
     created: bool = False
-    error: str | None = None
+    error: Reason | None = None
     # True when the version exists with other content (versions are immutable).
     conflict: bool = False
 
@@ -95,13 +138,13 @@ class RegistrationResult(Payload):
 class DeprecateArtifact(Payload):
     TYPE = "registry.deprecate"
 
-    kind: str = "model"
-    name: str
-    version: str
-    reason: str = Field(min_length=1)
+    kind: str = Field(default="model", max_length=MAX_NAME)
+    name: str = Field(max_length=MAX_NAME)
+    version: str = Field(max_length=MAX_NAME)
+    reason: str = Field(min_length=1, max_length=MAX_DESCRIPTION)
 
 
 class DeprecationResult(Payload):
     TYPE = "registry.deprecation"
 
-    error: str | None = None
+    error: Reason | None = None

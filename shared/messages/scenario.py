@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import BaseModel, Field, StrictInt, ValidationError, model_validator
 
 from shared import measurement
+from shared.inputs import BOUNDED
 
 __all__ = ["DRIVERS", "SCENARIOS", "Driver", "Scenario", "ScenarioName"]
 
@@ -35,7 +36,7 @@ class Scenario(BaseModel):
     - batch-sweep: single-stream at each of ``batch_sizes``; latency and samples/s per size.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = BOUNDED
 
     name: ScenarioName = "single-stream"
     driver: Driver = Field(
@@ -77,7 +78,7 @@ class Scenario(BaseModel):
     target_qps: float = Field(strict=True, default=500.0, description="server: mean arrival rate")
     latency_bound_ms: float = Field(strict=True, default=10.0, description="server: the p99 bound")
     batch_sizes: tuple[StrictInt, ...] = Field(
-        default=(1, 2, 4, 8, 16, 32), description="batch-sweep"
+        default=(1, 2, 4, 8, 16, 32), min_length=1, max_length=64, description="batch-sweep"
     )
     seed: int = Field(
         strict=True, default=0, ge=0, description="seeds the inputs, sample order, arrivals"

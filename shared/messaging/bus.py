@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from shared.errors import InvalidMessage, RequestTimeout
+from shared.errors import InvalidMessage, MessageTooLarge, RequestTimeout
 from shared.messages import Envelope, Topology, decode, encode
 from shared.messaging.broker import (
     STREAM_HEADER,
@@ -75,8 +75,12 @@ class Bus:
         pause_initial_s: float = 0.5,
         pause_cap_s: float = 30.0,
         event_log_partitions: int | None = None,
+        max_message_bytes: int = 32 * 1024**2,
     ) -> None:
         self.broker = broker
+        # No message above this is sent or read (DLSCOPE_MAX_MESSAGE_BYTES); a subscription
+        # may allow more (the registry's registrations carry their files).
+        self.max_message_bytes = max_message_bytes
         self._event_log_partitions = event_log_partitions
         self.topology = topology
         self.service = service
@@ -127,8 +131,10 @@ class Bus:
             )
 
     async def stop(self) -> None:
-        for subscription in reversed(self._subscriptions):
-            await subscription.cancel()
+        # Together, not one after another: each cancel is bounded by the broker's timeout, and
+        # a service with several subscriptions on a broker that does not answer (a link that
+        # came back half-open) must still stop within one such bound.
+        await asyncio.gather(*(s.cancel() for s in reversed(self._subscriptions)))
         self._subscriptions.clear()
         for pause in self._pauses:
             await pause.close()
@@ -156,9 +162,11 @@ class Bus:
         routing_key: str | None = None,
         reply_to: str | None = None,
         persistent: bool = True,
+        max_bytes: int | None = None,
     ) -> Envelope:
         """Publish ``envelope`` (by default as an event, routed by its type) and return it
-        as sent, with its trace context filled in."""
+        as sent, with its trace context filled in. ``MessageTooLarge`` when its body would
+        be over ``max_bytes`` (default ``max_message_bytes``): no consumer would read it."""
         exchange = self.topology.events if exchange is None else exchange
         routing_key = routing_key or envelope.type
         with self._tracer.start_as_current_span(
@@ -174,11 +182,18 @@ class Bus:
                     "producer": envelope.producer or self.service,
                 }
             )
+            body = encode(sent)
+            limit = max_bytes or self.max_message_bytes
+            if len(body) > limit:
+                raise MessageTooLarge(
+                    f"{envelope.type!r} is {len(body)} bytes, over the {limit} a message may "
+                    "have (DLSCOPE_MAX_MESSAGE_BYTES)"
+                )
             await self.broker.publish(
                 exchange,
                 routing_key,
                 OutgoingMessage(
-                    body=encode(sent),
+                    body=body,
                     message_id=str(sent.event_id),
                     # The stream, for consumers partitioned by it (the recorders).
                     headers={**headers, STREAM_HEADER: sent.stream_id},
@@ -199,11 +214,14 @@ class Bus:
         prefetch: int | None = None,
         on_dead_letter: DeadLetterHook | None = None,
         count_redeliveries: bool = False,
+        max_message_bytes: int | None = None,
     ) -> Subscription:
         """Consume ``queue`` with ``handler``. With ``count_redeliveries``, a message whose
         consumer went away without settling it (a worker killed mid-job) counts as an attempt:
         it goes back to the queue's tail as the next attempt, and past the last one it is
-        dead-lettered (``on_dead_letter`` told why) rather than handed out forever."""
+        dead-lettered (``on_dead_letter`` told why) rather than handed out forever. A message
+        over ``max_message_bytes`` (default the bus's) is dead-lettered unread."""
+        limit = max_message_bytes or self.max_message_bytes
 
         pause = Pause(queue or f"{self.service}.exclusive", backoff=self._backoff())
         self._pauses.append(pause)
@@ -211,7 +229,7 @@ class Bus:
         async def consume(delivery: Delivery) -> Settlement:
             if count_redeliveries and delivery.redelivered:
                 return await self._interrupted(delivery, on_dead_letter)
-            return await self._dispatch(delivery, handler, on_dead_letter, pause)
+            return await self._dispatch(delivery, handler, on_dead_letter, pause, limit)
 
         subscription = await self.broker.consume(
             queue,
@@ -224,7 +242,14 @@ class Bus:
         self._subscriptions.append(subscription)
         return subscription
 
-    async def request(self, routing_key: str, envelope: Envelope, *, timeout: float) -> Envelope:
+    async def request(
+        self,
+        routing_key: str,
+        envelope: Envelope,
+        *,
+        timeout: float,
+        max_bytes: int | None = None,
+    ) -> Envelope:
         """Send ``envelope`` on the jobs exchange and wait for the reply."""
         reply_queue = await self._ensure_reply_queue()
         future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
@@ -236,6 +261,7 @@ class Bus:
                 routing_key=routing_key,
                 reply_to=reply_queue,
                 persistent=False,
+                max_bytes=max_bytes,
             )
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
@@ -254,7 +280,7 @@ class Bus:
 
     async def _on_reply(self, delivery: Delivery) -> Settlement:
         try:
-            envelope = decode(delivery.body)
+            envelope = _decode(delivery.body, self.max_message_bytes)
         except InvalidMessage as exc:
             log.warning("dropping an unreadable reply: %s", exc)
             return Settlement(Outcome.ACK)
@@ -290,10 +316,11 @@ class Bus:
         handler: Handler,
         on_dead_letter: DeadLetterHook | None,
         pause: Pause,
+        max_bytes: int,
     ) -> Settlement:
         _delivery.set(delivery)  # this delivery's task has its own context
         try:
-            envelope = decode(delivery.body)
+            envelope = _decode(delivery.body, max_bytes)
         except InvalidMessage as exc:
             log.warning("dead-lettering an invalid message on %r: %s", delivery.routing_key, exc)
             return verdict_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
@@ -370,6 +397,16 @@ class Bus:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
             return verdict_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
+
+
+def _decode(body: bytes, max_bytes: int) -> Envelope:
+    # Measured before parsing: a message far over the bound costs no memory beyond itself.
+    if len(body) > max_bytes:
+        raise MessageTooLarge(
+            f"the message is {len(body)} bytes, over the {max_bytes} this consumer reads "
+            "(DLSCOPE_MAX_MESSAGE_BYTES)"
+        )
+    return decode(body)
 
 
 def _messaging_attributes(

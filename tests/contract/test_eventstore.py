@@ -441,37 +441,47 @@ async def test_a_late_event_fills_details_but_never_moves_status_back(store: Eve
     assert view.updated_at == at(5)
 
 
-async def test_a_failure_is_final_short_of_a_completion(store: EventStore) -> None:
+async def test_a_failure_is_final(store: EventStore) -> None:
     # Given an evaluation that failed while scheduled
     item = Evaluation()
     await store.append([item.requested(at(0)), item.scheduled(at(1)), item.failed(at(2))])
 
     # When the worker's started arrives late, then a second failure
     await store.append([item.started(at(1.5)), item.failed(at(3), reason="later echo")])
+    # and a worker frozen past the failure wakes, measures, and its measurement is completed
+    await store.append([item.measured(at(62))])
+    await store.append([item.completed(at(63))])
 
-    # Then it is still failed with the first reason
+    # Then it is still failed with the first reason, and shows no result beside it
     view = await evaluation(store, item)
     assert (view.status, view.error) == ("failed", "predictor: CUDA out of memory")
+    assert view.result is None
+    # while the log keeps every event, the second outcome included
+    assert [e.type for e in await store.stream_events(item.stream)][-2:] == [
+        "evaluation.measured",
+        "evaluation.completed",
+    ]
 
 
-async def test_an_event_for_an_unknown_evaluation_still_makes_a_row(store: EventStore) -> None:
-    # Given a failure whose request was never recorded (e.g. rejected before it was stored)
+async def test_an_event_for_an_evaluation_nobody_requested_makes_no_row(
+    store: EventStore,
+) -> None:
+    # Given a failure about an evaluation whose request was never recorded (a malformed
+    # message naming a random id, or a request not stored yet)
     item = Evaluation()
 
-    # When appended
+    # When appended: it is kept in the log, but nobody asked for that evaluation
     assert await store.append([item.failed(at(7), reason="no such model")]) == [True]
+    assert [e.type for e in await store.stream_events(item.stream)] == ["evaluation.failed"]
+    assert await store.get_evaluation(item.evaluation_id) is None
+    assert await store.list_evaluations() == []
 
-    # Then the evaluation is listed as failed, dated by the event, with what is known
-    view = await evaluation(store, item)
-    assert (view.status, view.error) == ("failed", "predictor: no such model")
-    assert view.model is None
-    assert view.request is None
-    assert view.requested_at == at(7)
-
-    # and a request arriving after all fills in the rest without reviving it
+    # and a request arriving after all makes the row, with the failure folded in after it
     await store.append([item.requested(at(6))])
     view = await evaluation(store, item)
-    assert (view.status, view.model, view.requested_at) == ("failed", "resnet50", at(6))
+    assert (view.status, view.error) == ("failed", "predictor: no such model")
+    assert (view.model, view.requested_at, view.updated_at) == ("resnet50", at(6), at(7))
+    assert view.last_position == (await store.read_all())[-1].position
 
 
 async def test_evaluations_are_listed_newest_first(store: EventStore) -> None:
@@ -717,8 +727,8 @@ async def test_events_of_other_types_are_stored_but_change_no_projection(
 async def test_rebuilding_the_projections_gives_the_same_rows(store: EventStore) -> None:
     # Given a realistic day: evaluations completing, failing, in flight, out of order, with
     # redeliveries, agents coming and going, and events no projection cares about
-    done, crashed, running, overtaken, orphan, retried = (
-        Evaluation(agent_id=f"a{n}") for n in range(6)
+    done, crashed, running, overtaken, orphan, retried, unrequested = (
+        Evaluation(agent_id=f"a{n}") for n in range(7)
     )
     workers = [Agent("a0"), Agent("a1"), Agent("a2")]
     done_events = done.lifecycle(start=10)
@@ -747,15 +757,26 @@ async def test_rebuilding_the_projections_gives_the_same_rows(store: EventStore)
         [retried.requested(at(60)), retried.started(at(63), attempt=2, agent_id="a1")],
         [retried.started(at(61), agent_id="a2", host="bench-2"), retried.completed(at(65))],
         [retried.measured(at(64), attempt=2, agent_id="a1"), retried.completed(at(66), 7.0)],
+        # Events whose request is stored after them: folded in when it comes
+        [unrequested.scheduled(at(71)), unrequested.failed(at(72))],
+        [unrequested.completed(at(73)), unrequested.requested(at(70))],
     ]
     for batch in batches:
         await store.append(batch)
     await store.append(batches[1] + batches[4])  # redelivered: no-ops
     evaluations_before = await store.list_evaluations(limit=100)
     agents_before = await store.list_agents()
+    # The orphan's failure, about an evaluation nobody requested, made no row
     assert len(evaluations_before) == 6
+    assert orphan.evaluation_id not in {view.evaluation_id for view in evaluations_before}
     assert len(agents_before) == 3
     by_id = {view.evaluation_id: view for view in evaluations_before}
+    late = by_id[unrequested.evaluation_id]
+    assert (late.status, late.error, late.result) == (
+        "failed",
+        "predictor: CUDA out of memory",
+        None,
+    )
     assert (by_id[retried.evaluation_id].attempts, by_id[retried.evaluation_id].agent_id) == (
         2,
         "a1",

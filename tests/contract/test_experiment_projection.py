@@ -164,6 +164,27 @@ async def test_a_failed_experiment_says_why(store: EventStore) -> None:
     assert (row.status, row.error) == ("failed", "nothing to run")
 
 
+async def test_an_experiments_first_outcome_stands(store: EventStore) -> None:
+    failed_first, compared_first = Experiment(), Experiment()
+    await store.append([failed_first.requested(0), failed_first.failed(1)])
+    await store.append([failed_first.compared(2)])
+    await store.append([compared_first.requested(0), compared_first.compared(1)])
+    await store.append([compared_first.failed(2)])
+    failed = await view(store, failed_first)
+    assert (failed.status, failed.error, failed.comparison) == ("failed", "nothing to run", None)
+    compared = await view(store, compared_first)
+    assert (compared.status, compared.error) == ("compared", None)
+    assert compared.compared() is not None
+
+
+async def test_an_event_about_an_experiment_nobody_requested_makes_no_row(
+    store: EventStore,
+) -> None:
+    experiment = Experiment()
+    await store.append([experiment.failed(1)])
+    assert await store.get_experiment(experiment.experiment_id) is None
+
+
 async def test_experiments_are_listed_newest_first_and_rebuilt_identically(
     store: EventStore,
 ) -> None:

@@ -22,7 +22,7 @@ import pytest
 from dlscope.local import Deployment, eventually, throwaway_deployment
 from dlscope.zoo import BuiltModel, build_digits
 from shared.config import REPOSITORY_ROOT
-from tests.conftest import POSTGRES_ADMIN_DSN
+from tests.conftest import POSTGRES_ADMIN_DSN, register_model
 
 pytestmark = [pytest.mark.e2e]
 
@@ -72,7 +72,7 @@ async def test_one_http_request_evaluates_the_digits_model_on_every_cpu_framewor
             await deployment.ready(http)  # a worker of every framework is online
             for model in zoo:
                 body = model.manifest.model_dump(mode="json")
-                registered = await http.post("/v1/models", json=body)
+                registered = await register_model(http, body)
                 assert registered.status_code == 201, registered.text
 
             # Registered is not yet listed: the read model follows once the recorder has

@@ -25,7 +25,7 @@ from dlscope.local import eventually
 from dlscope.multihost import Fleet, fleet, hosts_missing
 from shared.artifacts import locate
 from shared.config import REPOSITORY_ROOT
-from tests.conftest import POSTGRES_ADMIN_DSN
+from tests.conftest import POSTGRES_ADMIN_DSN, register_model
 
 pytestmark = [
     pytest.mark.e2e,
@@ -60,7 +60,7 @@ async def _ready_with_model(running: Fleet) -> None:
     )
     async with httpx.AsyncClient(base_url=running.gateway_url, timeout=30) as http:
         await running.ready(http)
-        registered = await http.post("/v1/models", json=manifest)
+        registered = await register_model(http, manifest)
         assert registered.status_code == 201, registered.text
 
         async def listed() -> bool:

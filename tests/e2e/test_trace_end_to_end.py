@@ -29,7 +29,7 @@ from dlscope.local import (
     throwaway_deployment,
 )
 from dlscope.zoo import build_digits
-from tests.conftest import POSTGRES_ADMIN_DSN
+from tests.conftest import POSTGRES_ADMIN_DSN, register_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.postgres]
 
@@ -254,7 +254,7 @@ async def test_the_digits_cnn_is_traced_to_its_layers_on_four_frameworks_which_l
             await deployment.ready(http)  # a worker of every framework is online
             for model in zoo:
                 body = model.manifest.model_dump(mode="json")
-                assert (await http.post("/v1/models", json=body)).status_code == 201
+                assert (await register_model(http, body)).status_code == 201
 
             async def listed() -> bool:
                 names = {m["name"] for m in (await http.get("/v1/models")).json()}

@@ -11,7 +11,9 @@ worker of every CPU framework:
 - ``dlscope report`` of the experiment: an HTML file that opens with the network cut off
   and shows every chart.
 
-No page may log a console error. Screenshots of each page are saved under
+No page may log a console error, violate the gateway's Content-Security-Policy (which
+allows no inline script and no eval: every chart is drawn under it) or open a dialog, and
+every page answers with that policy. Screenshots of each page are saved under
 ``$DLSCOPE_TEST_ARTIFACTS`` (default ``build/screenshots``).
 """
 
@@ -31,24 +33,21 @@ import pytest
 from dlscope.local import Deployment, eventually, throwaway_deployment
 from dlscope.zoo import BuiltModel, build_digits
 from shared.config import REPOSITORY_ROOT
-from tests.conftest import POSTGRES_ADMIN_DSN
+from tests.conftest import POSTGRES_ADMIN_DSN, register_model
+from tests.e2e.browser import (
+    Browser,
+    charts_drawn,
+    launch_chromium,
+    playwright_api,
+    secured,
+    shot,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.postgres]
 
-CHROMIUM = Path(os.environ.get("DLSCOPE_CHROMIUM", "/usr/bin/chromium"))
-ARTIFACTS = Path(os.environ.get("DLSCOPE_TEST_ARTIFACTS", REPOSITORY_ROOT / "build/screenshots"))
 FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow", "opencl")
 # A run of 40 queries after a warm-up: enough for every chart, quick on two cores.
 TIMEOUT_MS = 240_000
-
-playwright_api = pytest.importorskip(
-    "playwright.async_api", reason="the browser tests need the 'playwright' package"
-)
-if not CHROMIUM.exists():
-    pytest.skip(
-        f"no Chromium at {CHROMIUM}: install Debian's 'chromium' (scripts/ensure-browser.sh)",
-        allow_module_level=True,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +65,7 @@ async def deployment(rabbitmq_url: str, zoo: list[BuiltModel]) -> AsyncIterator[
         async with httpx.AsyncClient(base_url=deployment.gateway_url, timeout=60) as http:
             await deployment.ready(http)
             for model in zoo:
-                registered = await http.post(
-                    "/v1/models", json=model.manifest.model_dump(mode="json")
-                )
+                registered = await register_model(http, model.manifest.model_dump(mode="json"))
                 assert registered.status_code == 201, registered.text
 
             async def all_listed() -> bool:
@@ -79,77 +76,27 @@ async def deployment(rabbitmq_url: str, zoo: list[BuiltModel]) -> AsyncIterator[
         yield deployment
 
 
-class Browser:
-    """One Chromium; every page it opens records its console errors."""
-
-    def __init__(self, browser: Any, base_url: str) -> None:
-        self.browser = browser
-        self.base_url = base_url
-        self.errors: list[str] = []
-
-    async def page(self, *, offline: bool = False, record: bool = True) -> Any:
-        context = await self.browser.new_context(
-            viewport={"width": 1366, "height": 900}, base_url=self.base_url
-        )
-        if offline:
-            await context.set_offline(True)
-        page = await context.new_page()
-        if record:
-            page.on(
-                "console",
-                lambda m: (
-                    self.errors.append(f"{page.url}: {m.text}") if m.type == "error" else None
-                ),
-            )
-            page.on("pageerror", lambda e: self.errors.append(f"{page.url}: {e}"))
-        return page
-
-
-@pytest.fixture(scope="module")
-def artifacts() -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    return ARTIFACTS
-
-
 @pytest.fixture
-async def chromium(deployment: Deployment, artifacts: Path) -> AsyncIterator[Browser]:
+async def chromium(deployment: Deployment) -> AsyncIterator[Browser]:
     async with playwright_api.async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=str(CHROMIUM), args=["--no-sandbox"]
-        )
+        browser = await launch_chromium(playwright)
         try:
             yield Browser(browser, deployment.gateway_url)
         finally:
             await browser.close()
 
 
-async def shot(page: Any, name: str) -> None:
-    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-async def charts_drawn(page: Any) -> int:
-    """Wait until dlscope.js has drawn every chart of the page; check each is a real SVG."""
-    await page.wait_for_selector("body[data-charts-drawn]", timeout=30_000)
-    body = page.locator("body")
-    drawn = int(await body.get_attribute("data-charts-drawn") or 0)
-    assert await body.get_attribute("data-charts-failed") == "0"
-    specs = await page.locator("script[data-chart-for]").count()
-    assert drawn == specs
-    for i in range(specs):
-        chart = page.locator("div.vega").nth(i)
-        # vega's SVG: marks drawn (paths, rects, symbols), not an empty canvas.
-        assert await chart.locator("svg.marks").count() == 1
-        assert await chart.locator("svg.marks g.mark-group").count() > 0
-        marks = chart.locator("svg.marks path, svg.marks rect, svg.marks line")
-        assert await marks.count() > 0
-    return drawn
+async def visit(page: Any, path: str) -> None:
+    """Open ``path``; it answers with the gateway's policy and headers."""
+    response = await page.goto(path)
+    secured(await response.all_headers())
 
 
 async def test_launch_follow_and_read_an_experiment_and_an_evaluation(
     deployment: Deployment, chromium: Browser, tmp_path: Path
 ) -> None:
     page = await chromium.page()
-    await page.goto("/launch")
+    await visit(page, "/launch")
     await page.select_option("#model", "digits-cnn")
     assert await page.locator("#fw-all").is_checked()
     await page.select_option("#dataset", "digits")
@@ -211,7 +158,7 @@ async def test_launch_follow_and_read_an_experiment_and_an_evaluation(
     await shot(page, "experiment-member")
 
     # One evaluation, too short to claim its p90 (64 queries): INVALID, and why, in words.
-    await page.goto("/launch")
+    await visit(page, "/launch")
     await page.select_option("#model", "digits-cnn")
     await page.uncheck("#fw-all")
     await page.check("input[name=framework][value=onnxruntime]")
@@ -239,32 +186,32 @@ async def test_launch_follow_and_read_an_experiment_and_an_evaluation(
     await shot(page, "evaluation")
 
     # The lists, filtered; the registry; the agents; the history.
-    await page.goto("/evaluations?framework=pytorch")
+    await visit(page, "/evaluations?framework=pytorch")
     rows = page.locator("#evaluations tbody tr")
     assert await rows.count() == 1
     assert "pytorch" in await rows.first.inner_text()
-    await page.goto("/evaluations")
+    await visit(page, "/evaluations")
     assert await page.locator("#evaluations tbody tr").count() == len(FRAMEWORKS) + 1
     await shot(page, "evaluations")
-    await page.goto("/experiments")
+    await visit(page, "/experiments")
     assert await page.locator("#experiments tbody tr").count() == 1
     await shot(page, "experiments")
-    await page.goto("/registry")
+    await visit(page, "/registry")
     assert await page.locator("#registry-model").get_by_text("digits-cnn-torch").count() == 1
     await shot(page, "registry")
-    await page.goto("/agents")
+    await visit(page, "/agents")
     assert await page.locator("#agents tbody tr").count() == len(FRAMEWORKS)
     assert await page.locator("#agents").get_by_text("online").count() == len(FRAMEWORKS)
     await shot(page, "agents")
-    await page.goto("/history?model=digits-cnn&framework=onnxruntime&hardware=cpu")
+    await visit(page, "/history?model=digits-cnn&framework=onnxruntime&hardware=cpu")
     await charts_drawn(page)
     assert await page.locator("#history tbody tr").count() == 2
     await shot(page, "history")
-    await page.goto("/")
+    await visit(page, "/")
     await shot(page, "home")
 
     # Keyboard: the skip link is the first stop and lands on the content.
-    await page.goto(evaluation_url)
+    await visit(page, evaluation_url)
     await page.keyboard.press("Tab")
     assert await page.evaluate("document.activeElement.className") == "skip"
     await page.keyboard.press("Enter")
@@ -276,6 +223,7 @@ async def test_launch_follow_and_read_an_experiment_and_an_evaluation(
     missing = await chromium.page(record=False)
     response = await missing.goto("/experiments/00000000-0000-0000-0000-000000000000")
     assert response.status == 404
+    secured(await response.all_headers())
     assert await missing.get_by_role("heading", name="Not found").count() == 1
     await shot(missing, "not-found")
 
@@ -308,3 +256,5 @@ async def test_launch_follow_and_read_an_experiment_and_an_evaluation(
     assert await report.locator("#parity-matrix").count() == 1
     await shot(report, "report")
     assert chromium.errors == []
+    assert chromium.violations == []
+    assert chromium.dialogs == []

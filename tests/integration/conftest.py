@@ -4,6 +4,7 @@ the embedded stack (memory broker, SQLite) or on RabbitMQ + PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -85,24 +86,35 @@ def stack_settings(
     )
 
 
+@contextlib.asynccontextmanager
+async def started_stack(settings: Settings, *, embedded: bool) -> AsyncIterator[Stack]:
+    """Every service and the gateway in this process on ``settings``, ready (the built-in
+    zoo listed); its broker namespace purged afterwards."""
+    runtime = Runtime(
+        settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
+    )
+    services = all_services(runtime, [("onnxruntime", "cpu")], gateway=("127.0.0.1", 0))
+    headers = {"Authorization": f"Bearer {settings.api_token}"} if settings.api_token else {}
+    try:
+        async with running(services):
+            port = services[-1].port  # type: ignore[attr-defined]
+            async with httpx.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}", timeout=30, headers=headers
+            ) as http:
+                stack = Stack(runtime, http, services)
+                await stack.eventually(lambda: stack.listed("squeezenet", "1.0.1"))
+                yield stack
+    finally:
+        await runtime.close()
+        if not embedded:
+            await purge_namespace(settings.broker_url, settings.namespace)
+
+
 @pytest.fixture(params=STACKS)
 async def any_stack(
     request: pytest.FixtureRequest, tmp_path: Path, namespace: str
 ) -> AsyncIterator[Stack]:
     """Every service and the gateway in this process: embedded, then on RabbitMQ + Postgres."""
     settings = stack_settings(request, tmp_path, namespace)
-    runtime = Runtime(
-        settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
-    )
-    services = all_services(runtime, [("onnxruntime", "cpu")], gateway=("127.0.0.1", 0))
-    try:
-        async with running(services):
-            port = services[-1].port  # type: ignore[attr-defined]
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-                stack = Stack(runtime, http, services)
-                await stack.eventually(lambda: stack.listed("squeezenet", "1.0.1"))
-                yield stack
-    finally:
-        await runtime.close()
-        if request.param != "embedded":
-            await purge_namespace(settings.broker_url, namespace)
+    async with started_stack(settings, embedded=request.param == "embedded") as stack:
+        yield stack

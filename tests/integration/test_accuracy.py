@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from shared.config import REPOSITORY_ROOT
 from shared.datasets import load_dataset
 from shared.manifests import DatasetManifest, load_manifest
+from tests.conftest import register_model
 from tests.integration.conftest import Stack
 
 DIGITS = load_manifest(REPOSITORY_ROOT / "manifests" / "datasets" / "digits.yaml")
@@ -87,7 +88,7 @@ async def test_a_trained_model_reports_its_accuracy_on_the_digits_test_split(
     stack: Stack, tmp_path: Path
 ) -> None:
     expected = centroid_classifier(tmp_path / "centroids.onnx")
-    registered = await stack.http.post("/v1/models", json=manifest_for(tmp_path / "centroids.onnx"))
+    registered = await register_model(stack.http, manifest_for(tmp_path / "centroids.onnx"))
     assert registered.status_code == 201, registered.text
 
     evaluation = await stack.evaluate(

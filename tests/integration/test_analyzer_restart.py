@@ -22,9 +22,12 @@ from shared.messages import (
     Envelope,
     EvaluationCompleted,
     EvaluationFailed,
+    EvaluationRequested,
     ExperimentMember,
+    ExperimentRequested,
     ExperimentScheduled,
     LatencySummary,
+    ModelRef,
     ParityTolerance,
     Payload,
     evaluation_stream,
@@ -111,6 +114,17 @@ class Experiment:
         ]
 
     async def scheduled(self) -> None:
+        """Requested (as the gateway does), then planned, and each member requested (as the
+        scheduler does): only a request makes an experiment's or an evaluation's row."""
+        request = ExperimentRequested(
+            experiment_id=self.experiment_id,
+            models=[ModelRef(model=m.model) for m in self.members],
+        )
+        await self.stack.publish(
+            request,
+            stream_id=experiment_stream(self.experiment_id),
+            correlation_id=self.experiment_id,
+        )
         plan = ExperimentScheduled(
             experiment_id=self.experiment_id,
             members=self.members,
@@ -120,6 +134,19 @@ class Experiment:
         await self.stack.publish(
             plan, stream_id=experiment_stream(self.experiment_id), correlation_id=self.experiment_id
         )
+        for member in self.members:
+            evaluation = EvaluationRequested(
+                evaluation_id=member.evaluation_id,
+                model=member.model,
+                framework=member.framework,
+                agent_id=member.agent_id,
+                experiment_id=self.experiment_id,
+            )
+            await self.stack.publish(
+                evaluation,
+                stream_id=evaluation_stream(member.evaluation_id),
+                correlation_id=member.evaluation_id,
+            )
 
     async def completed(self, member: int) -> None:
         evaluation_id = self.members[member].evaluation_id

@@ -1,20 +1,25 @@
 """The registry's artifact server, fetched from as a worker on another host does: the bytes a
 registered manifest pins arrive verified; anything else is refused with a reason that names
-the URL and the cause."""
+the URL and the cause. It serves only what the registry's source policy allows, to those
+who have the token when one is set, and listens beyond loopback only with one (or the
+operator's explicit opt-in)."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from services.registry.artifacts import ArtifactServer, listen_address
 from services.registry.catalog import Catalog
-from shared.artifacts import ArtifactCache, served_manifest
-from shared.errors import ArtifactError
+from shared.artifacts import ArtifactCache, SourcePolicy, served_manifest
+from shared.config import Settings
+from shared.errors import ArtifactError, ConfigurationError
 from shared.manifests import ModelManifest, ModelSource
 
 CONTENT = b"an onnx graph, as far as this test is concerned\n" * 1000
@@ -41,11 +46,21 @@ def model_file(tmp_path: Path) -> Path:
     return path
 
 
+def artifact_server(
+    catalog: Catalog, root: Path, settings: Settings, host: str = "127.0.0.1"
+) -> ArtifactServer:
+    # The registry's own policy: its files are those under the roots it serves from.
+    policy = SourcePolicy(roots=(root,))
+    return ArtifactServer(
+        catalog.file, servable=policy.servable, settings=settings, host=host, port=0
+    )
+
+
 @pytest.fixture
 async def server(model_file: Path) -> AsyncIterator[tuple[ArtifactServer, Catalog]]:
     catalog = Catalog()
     catalog.learn(manifest(model_file.as_uri(), hashlib.sha256(CONTENT).hexdigest()))
-    served = ArtifactServer(catalog.file, host="127.0.0.1", port=0)
+    served = artifact_server(catalog, model_file.parent, Settings(home=model_file.parent))
     await served.start()
     try:
         yield served, catalog
@@ -64,8 +79,8 @@ def served_source(server: ArtifactServer, source: ModelSource) -> ModelSource:
     return served_manifest(manifest(source.uri, source.sha256), base).source
 
 
-async def fetch(tmp_path: Path, source: ModelSource) -> Path:
-    cache = ArtifactCache(tmp_path / "worker-home" / "artifacts")
+async def fetch(tmp_path: Path, source: ModelSource, tokens: dict[str, str] | None = None) -> Path:
+    cache = ArtifactCache(tmp_path / "worker-home" / "artifacts", tokens=tokens)
     return await asyncio.to_thread(cache.fetch, source)
 
 
@@ -126,7 +141,69 @@ async def test_an_unreachable_server_fails_the_fetch_naming_url_and_cause(
     assert str(refused.value).startswith(f"{source.uri}: cannot connect to the server")
 
 
-def test_the_server_listens_where_told_or_at_the_urls_port_everywhere() -> None:
-    assert listen_address("http://10.0.0.5:8081", None) == ("0.0.0.0", 8081)
-    assert listen_address("https://artifacts.example", None) == ("0.0.0.0", 443)
-    assert listen_address("http://10.0.0.5:8081", "10.0.0.5:9000") == ("10.0.0.5", 9000)
+async def test_a_registered_file_outside_the_policy_is_never_served(
+    tmp_path: Path, model_file: Path
+) -> None:
+    """A manifest naming a file of the host (as one registered before the policy, or by a
+    local user, may still be in the log) does not make the server read it."""
+    secret = tmp_path / "private" / "key.txt"
+    secret.parent.mkdir()
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    catalog = Catalog()
+    catalog.learn(manifest(secret.as_uri(), digest))
+    served = artifact_server(catalog, model_file.parent, Settings(home=tmp_path))
+    await served.start()
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{served.port}") as http:
+            for name in ("key.txt", "x"):
+                response = await http.get(f"/sha256/{digest}/{name}")
+                assert response.status_code == 404
+                assert "root:" not in response.text
+                assert response.text == f"no registered manifest pins a file with sha256 {digest}"
+    finally:
+        await served.stop()
+
+
+async def test_with_a_token_only_those_who_have_it_fetch(tmp_path: Path, model_file: Path) -> None:
+    catalog = Catalog()
+    catalog.learn(manifest(model_file.as_uri(), hashlib.sha256(CONTENT).hexdigest()))
+    settings = Settings(home=tmp_path, api_token="s3cret")
+    served = artifact_server(catalog, model_file.parent, settings)
+    await served.start()
+    try:
+        source = served_source(served, pinned(catalog))
+        with pytest.raises(ArtifactError, match=r"HTTP 401.*needs 'Authorization: Bearer"):
+            await fetch(tmp_path / "anonymous", source)
+        with pytest.raises(ArtifactError, match="HTTP 401"):
+            await fetch(tmp_path / "wrong", source, {f"http://127.0.0.1:{served.port}": "guess"})
+        base = f"http://127.0.0.1:{served.port}"
+        cached = await fetch(tmp_path / "worker", source, {base: "s3cret"})
+        assert cached.read_bytes() == CONTENT
+    finally:
+        await served.stop()
+
+
+def test_the_server_listens_where_told_or_at_the_urls_port_on_loopback_without_a_token() -> None:
+    assert listen_address(Settings(artifact_url="http://10.0.0.5:8081")) == ("127.0.0.1", 8081)
+    assert listen_address(Settings(artifact_url="https://artifacts.example", api_token="t")) == (
+        "0.0.0.0",
+        443,
+    )
+    told = Settings(artifact_url="http://10.0.0.5:8081", artifact_listen="10.0.0.5:9000")
+    assert listen_address(told) == ("10.0.0.5", 9000)
+
+
+async def test_beyond_loopback_without_a_token_it_needs_the_operators_opt_in(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(ConfigurationError, match="DLSCOPE_ALLOW_UNAUTHENTICATED"):
+        await artifact_server(Catalog(), tmp_path, Settings(home=tmp_path), "0.0.0.0").start()
+    opened = Settings(home=tmp_path, allow_unauthenticated=True)
+    served = artifact_server(Catalog(), tmp_path, opened, "0.0.0.0")
+    with caplog.at_level(logging.WARNING):
+        await served.start()
+    try:
+        assert "listens on 0.0.0.0 with no token" in caplog.text
+    finally:
+        await served.stop()

@@ -44,6 +44,7 @@ from shared.messages import (
 from shared.messaging import create_broker
 from shared.runtime import Runtime, running
 from shared.telemetry import Telemetry
+from tests.conftest import register_model
 from tests.integration.conftest import Stack
 
 DIGITS_MANIFEST = REPOSITORY_ROOT / "manifests" / "datasets" / "digits.yaml"
@@ -156,7 +157,7 @@ async def stack(
                     ("linear-torch", "pytorch", "torch"),
                 ):
                     body = manifest(name, framework, model_files[file])
-                    response = await http.post("/v1/models", json=body)
+                    response = await register_model(http, body)
                     assert response.status_code == 201, response.text
                 await stack.eventually(lambda: frameworks_online(stack, {"onnxruntime", "pytorch"}))
                 await stack.eventually(lambda: stack.listed("linear-torch", "1.0.0"))
@@ -281,7 +282,7 @@ async def test_a_framework_whose_worker_is_missing_is_skipped_and_named(
 ) -> None:
     # A third export, for a framework no worker here runs.
     body = manifest("linear-tf", "tensorflow", model_files["onnx"])
-    assert (await stack.http.post("/v1/models", json=body)).status_code == 201
+    assert (await register_model(stack.http, body)).status_code == 201
     await stack.eventually(lambda: stack.listed("linear-tf", "1.0.0"))
 
     experiment = await run_experiment(
@@ -343,7 +344,7 @@ async def test_past_its_deadline_an_experiment_compares_what_finished(
     stack: Stack, model_files: dict[str, Path]
 ) -> None:
     body = manifest("linear-tf", "tensorflow", model_files["onnx"])
-    assert (await stack.http.post("/v1/models", json=body)).status_code == 201
+    assert (await register_model(stack.http, body)).status_code == 201
     await stack.eventually(lambda: stack.listed("linear-tf", "1.0.0"))
     # A tensorflow worker that announced itself, then went silent: its member never ends.
     bus = stack.runtime.bus("test")
@@ -413,7 +414,7 @@ async def test_a_model_in_a_format_the_framework_cannot_load_fails_and_the_worke
 ) -> None:
     # An ONNX graph registered as a pytorch model.
     body = manifest("linear-mislabelled", "pytorch", model_files["onnx"])
-    assert (await stack.http.post("/v1/models", json=body)).status_code == 201
+    assert (await register_model(stack.http, body)).status_code == 201
     await stack.eventually(lambda: stack.listed("linear-mislabelled", "1.0.0"))
 
     broken = await evaluate(stack, model="linear-mislabelled", framework="pytorch")
@@ -429,7 +430,7 @@ async def test_a_framework_version_the_model_rules_out_fails_with_the_reason(
     stack: Stack, model_files: dict[str, Path]
 ) -> None:
     body = manifest("linear-future", "onnxruntime", model_files["onnx"], needs=">=99")
-    assert (await stack.http.post("/v1/models", json=body)).status_code == 201
+    assert (await register_model(stack.http, body)).status_code == 201
     await stack.eventually(lambda: stack.listed("linear-future", "1.0.0"))
 
     refused = await evaluate(stack, model="linear-future", framework="onnxruntime")
@@ -467,13 +468,16 @@ async def test_a_job_that_reaches_a_worker_of_the_wrong_version_fails_and_the_wo
     )
     await bus.stop()
 
+    # The job was sent without a request, so it makes no evaluation row: its failure is read
+    # from the evaluation's stream.
     async def failed() -> dict[str, Any] | None:
-        got = await stack.http.get(f"/v1/evaluations/{evaluation_id}")
-        found: dict[str, Any] = got.json()
-        return found if got.status_code == 200 and found["status"] == "failed" else None
+        got = await stack.http.get(f"/v1/evaluations/{evaluation_id}/events")
+        events: list[dict[str, Any]] = got.json() if got.status_code == 200 else []
+        return next((e["payload"] for e in events if e["type"] == "evaluation.failed"), None)
 
-    evaluation = await stack.eventually(failed)
-    assert evaluation["error"].startswith("validation: onnxruntime 1.31.1 on agent ")
-    assert evaluation["error"].endswith("does not satisfy '>=99', the version the request asks for")
+    failure = await stack.eventually(failed)
+    assert failure["stage"] == "validation"
+    assert failure["reason"].startswith("onnxruntime 1.31.1 on agent ")
+    assert failure["reason"].endswith("does not satisfy '>=99', the version the request asks for")
     after = await evaluate(stack, model="linear", framework="onnxruntime")
     assert after["status"] == "completed", after["error"]

@@ -1,5 +1,6 @@
 """The gateway's OpenAPI document matches what it does: schemathesis, every check, against
-the real gateway on RabbitMQ + PostgreSQL finds no server error and no spec violation."""
+the real gateway on RabbitMQ + PostgreSQL finds no server error and no spec violation. The
+same of the registry's artifact server, with a file it serves and one it must not."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ import pytest
 
 from dlscope.embedded import all_services
 from dlscope.local import purge_namespace
+from services.registry.artifacts import ArtifactServer
+from services.registry.catalog import Catalog
+from shared.artifacts import SourcePolicy, sha256_of
 from shared.config import Settings
+from shared.manifests import ModelManifest
 from shared.messaging import create_broker
 from shared.runtime import Runtime, running
 from shared.telemetry import Telemetry
@@ -68,8 +73,61 @@ async def gateway_url(
 async def test_schemathesis_finds_no_server_error_and_no_spec_violation(
     gateway_url: tuple[str, str | None], tmp_path: Path
 ) -> None:
-    assert SCHEMATHESIS is not None, "schemathesis is in the dev extras: pip install -e '.[dev]'"
     url, token = gateway_url
+    await _schemathesis(url, token, tmp_path)
+
+
+@pytest.fixture(params=[None, "s3cret"], ids=["no-token", "token"])
+async def artifact_server_url(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[str, str | None]]:
+    """An artifact server whose catalog pins a file it serves (in its store) and a file of
+    its host it must not serve (as an old registration in the log might name)."""
+    store = tmp_path / "uploads"
+    served = store / "sha256" / "x" / "net.onnx"
+    served.parent.mkdir(parents=True)
+    served.write_bytes(b"graph" * 1000)
+    catalog = Catalog()
+    for number, path in enumerate((served, Path("/etc/passwd"))):
+        catalog.learn(_model(f"m{number}", path))
+    settings = Settings(home=tmp_path, api_token=request.param)
+    server = ArtifactServer(
+        catalog.file,
+        servable=SourcePolicy(roots=(store,)).servable,
+        settings=settings,
+        host="127.0.0.1",
+        port=0,
+    )
+    await server.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}", request.param
+    finally:
+        await server.stop()
+
+
+def _model(name: str, path: Path) -> ModelManifest:
+    return ModelManifest.model_validate(
+        {
+            "name": name,
+            "version": "1.0.0",
+            "framework": {"name": "onnxruntime"},
+            "inputs": [{"name": "x", "shape": [1]}],
+            "outputs": [{"name": "y", "shape": [1]}],
+            "source": {"uri": path.as_uri(), "sha256": sha256_of(path)},
+        }
+    )
+
+
+@pytest.mark.timeout(300)
+async def test_schemathesis_finds_nothing_wrong_with_the_artifact_server(
+    artifact_server_url: tuple[str, str | None], tmp_path: Path
+) -> None:
+    url, token = artifact_server_url
+    await _schemathesis(url, token, tmp_path)
+
+
+async def _schemathesis(url: str, token: str | None, tmp_path: Path) -> None:
+    assert SCHEMATHESIS is not None, "schemathesis is in the dev extras: pip install -e '.[dev]'"
     command = [
         SCHEMATHESIS,
         "--config-file",

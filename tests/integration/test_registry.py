@@ -94,7 +94,8 @@ async def test_versions_are_immutable(stack: Stack) -> None:
         (manifest(colour="red"), "colour: Extra inputs are not permitted"),
         (
             manifest(source={"uri": "model.onnx", "sha256": SQUEEZENET_SHA}),
-            "source.uri: a registered manifest must name its files absolutely",
+            "source.uri 'model.onnx' names a file uploaded with the registration, and no "
+            "uploaded file has its sha256",
         ),
         (
             manifest(source={"uri": SQUEEZENET, "sha256": "0" * 64}),
@@ -102,7 +103,7 @@ async def test_versions_are_immutable(stack: Stack) -> None:
         ),
         (
             manifest(source={"uri": "/no/such/model.onnx", "sha256": SQUEEZENET_SHA}),
-            "source: /no/such/model.onnx: model file not found",
+            "source: /no/such/model.onnx: the registry does not read files named by path",
         ),
     ],
 )

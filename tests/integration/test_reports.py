@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from services.gateway.headers import DOCUMENT_POLICY, PAGE_POLICY
 from tests.integration.conftest import Stack
 
 SCENARIO = {"iterations": 200, "min_duration_s": 0, "warmup": 8}
@@ -39,6 +40,9 @@ async def test_an_evaluation_report_opens_offline_with_every_chart(any_stack: St
     response = await any_stack.http.get(f"/v1/evaluations/{evaluation_id}/report")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
+    # Opened from the gateway as from a file: its inline styles, no script at all.
+    assert response.headers["content-security-policy"] == DOCUMENT_POLICY
+    assert response.headers["x-content-type-options"] == "nosniff"
     html = response.text
     offline(html)
     # Histogram, CDF, latency over the run and the warm-up, each an inline SVG with marks.
@@ -137,6 +141,10 @@ async def test_pages_answer_people_with_pages(any_stack: Stack) -> None:
     assert page.headers["content-type"].startswith("text/html")
     assert 'data-chart-for="chart-' in page.text  # the charts' specifications, for the browser
     assert "/static/vendor/vega-embed.min.js" in page.text
+    # No inline script, no eval, no frame: the charts are drawn by the pages' own files.
+    assert page.headers["content-security-policy"] == PAGE_POLICY
+    assert page.headers["x-frame-options"] == "DENY"
+    assert not re.search(r"<script(?![^>]*(\ssrc=|type=\"application/json\"))", page.text)
 
     for path in (f"/evaluations/{uuid.uuid4()}", f"/experiments/{uuid.uuid4()}", "/nowhere"):
         missing = await any_stack.http.get(path, headers=html)

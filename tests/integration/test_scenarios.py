@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from shared.messages import Envelope, EvaluationRequested, Scenario, evaluation_stream
+from tests.conftest import register_model
 from tests.integration.conftest import Stack
 from tests.integration.test_accuracy import centroid_classifier, manifest_for
 
@@ -48,9 +49,7 @@ async def test_the_server_scenario_judges_its_latency_bound(any_stack: Stack) ->
 async def centroids(any_stack: Stack, tmp_path: Path) -> Stack:
     """The stack, with a small model whose batch dimension is free registered on it."""
     centroid_classifier(tmp_path / "centroids.onnx")
-    registered = await any_stack.http.post(
-        "/v1/models", json=manifest_for(tmp_path / "centroids.onnx")
-    )
+    registered = await register_model(any_stack.http, manifest_for(tmp_path / "centroids.onnx"))
     assert registered.status_code == 201, registered.text
     await any_stack.eventually(lambda: any_stack.listed("digits-centroids", "1.0.0"))
     return any_stack

@@ -67,6 +67,14 @@ def test_the_services_reach_the_infrastructure_compose_starts() -> None:
     assert COMPOSE["services"]["jaeger"]["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
 
 
+def test_what_listens_beyond_loopback_in_compose_takes_a_token_workers_never_the_api_one() -> None:
+    for name, service in DLSCOPE.items():
+        variables = service["environment"]
+        assert ("DLSCOPE_API_TOKEN" in variables) == (name == "gateway"), name
+        assert "DLSCOPE_ARTIFACT_TOKEN" in variables, name
+    assert "0.0.0.0" in DLSCOPE["gateway"]["command"]
+
+
 def test_the_gateway_listens_on_the_port_compose_publishes() -> None:
     command = DLSCOPE["gateway"]["command"]
     port = command[command.index("--port") + 1]

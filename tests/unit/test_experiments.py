@@ -313,20 +313,26 @@ def test_a_member_whose_outputs_differ_breaks_parity_with_the_reason() -> None:
     assert "top-1 agrees on 1 of 2 samples" in pair.reason
 
 
-def test_failures_are_listed_with_their_reasons_and_a_completion_beats_a_failure() -> None:
+def test_failures_are_listed_with_their_reasons_and_a_members_first_outcome_stands() -> None:
     state = fold(
         PLAN,
-        failed(MEMBERS[0], "a timeout echo"),
+        # a worker frozen past its failure woke and finished: too late, the failure stands
+        failed(MEMBERS[0], "agent went offline"),
         completed(MEMBERS[0], 1.0),
         failed(MEMBERS[1], "CUDA out of memory"),
         failed(MEMBERS[1], "a later echo"),
+        # and a failure after a completion is an echo
         completed(MEMBERS[2], 2.0),
+        failed(MEMBERS[2], "timeout echo"),
     )
     comparison = compare(state)
-    assert [r.status for r in comparison.evaluations] == ["completed", "failed", "completed"]
-    (failure,) = comparison.failures
-    assert (failure.framework, failure.reason) == ("pytorch", "predictor: CUDA out of memory")
-    assert comparison.parity_ok is True  # the two that completed agree
+    assert [r.status for r in comparison.evaluations] == ["failed", "failed", "completed"]
+    assert [(f.framework, f.reason) for f in comparison.failures] == [
+        ("onnxruntime", "predictor: agent went offline"),
+        ("pytorch", "predictor: CUDA out of memory"),
+    ]
+    assert comparison.parity_ok is None  # one completed: nothing to compare it with
+    assert comparison.reference == MEMBERS[2].evaluation_id
 
 
 def test_at_the_deadline_members_without_an_outcome_are_missing() -> None:

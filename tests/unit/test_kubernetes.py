@@ -175,6 +175,10 @@ def test_workers_get_the_broker_and_never_the_database_or_the_token(overlay: str
             assert "DLSCOPE_DATABASE_URL" not in variables, role
         if role != "gateway":
             assert "DLSCOPE_API_TOKEN" not in variables, role
+        # The artifact server's own token: the registry guards its files with it, and the
+        # workers (which only fetch them) send it.
+        fetches = role == "registry" or role.startswith("worker-")
+        assert ("DLSCOPE_ARTIFACT_TOKEN" in variables) == fetches, role
     gateway = pod_spec(named(resources, "Deployment", "gateway"))["containers"][0]
     assert {"DLSCOPE_DATABASE_URL", "DLSCOPE_API_TOKEN"} <= set(environment(resources, gateway))
 

@@ -88,9 +88,58 @@ def test_each_attempt_at_a_job_emits_events_of_its_own_and_a_redelivery_the_same
     assert len({start(1).event_id, start(2).event_id, start(3).event_id}) == 3
     assert start(2).event_id == start(2).event_id
     # and a failure can be told apart the same way
-    failed = failure_caused_by(job, stage="agent", reason="x", producer="w", key="attempt-4")
+    failed = failure_caused_by(
+        job, EvaluationRequested, stage="agent", reason="x", producer="w", key="attempt-4"
+    )
     assert failed is not None
     assert failed.event_id == uuid.uuid5(job.event_id, "evaluation.failed#attempt-4")
+
+
+@pytest.mark.parametrize(
+    ("type_", "payload"),
+    [
+        ("evaluation.requested", {"framework": "onnxruntime"}),  # no model: invalid
+        ("evaluation.requested", {"model": "m", "framework": "nope"}),
+        ("job.evaluate", {"framework": "onnxruntime"}),  # not what the queue carries
+        ("evaluation.exploded", {"model": "m", "framework": "onnxruntime"}),
+    ],
+)
+def test_a_message_that_is_not_a_valid_request_fails_no_evaluation(
+    type_: str, payload: dict[str, str]
+) -> None:
+    # Given a message naming an evaluation nobody requested, which its contract refuses
+    evaluation_id = uuid.uuid4()
+    message = Envelope(
+        type=type_,
+        stream_id=evaluation_stream(evaluation_id),
+        correlation_id=evaluation_id,
+        payload={"evaluation_id": str(evaluation_id), **payload},
+    )
+    # Then giving up on it fails nothing: it is dead-lettered, no more
+    assert (
+        failure_caused_by(
+            message, EvaluationRequested, stage="scheduling", reason="x", producer="scheduler"
+        )
+        is None
+    )
+    # while a valid request that could not be handled is failed, naming its experiment
+    experiment_id = uuid.uuid4()
+    valid = Envelope.wrap(
+        EvaluationRequested(
+            evaluation_id=evaluation_id,
+            model="m",
+            framework="onnxruntime",
+            experiment_id=experiment_id,
+        ),
+        stream_id=evaluation_stream(evaluation_id),
+        correlation_id=evaluation_id,
+    )
+    failed = failure_caused_by(
+        valid, EvaluationRequested, stage="scheduling", reason="x", producer="scheduler"
+    )
+    assert failed is not None
+    outcome = failed.open(EvaluationFailed)
+    assert (outcome.evaluation_id, outcome.experiment_id) == (evaluation_id, experiment_id)
 
 
 def test_a_start_or_measurement_without_an_attempt_is_the_first() -> None:

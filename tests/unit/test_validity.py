@@ -133,6 +133,36 @@ def test_queries_cut_off_by_the_duration_cap_make_the_run_invalid() -> None:
     assert ReasonCode.QUERIES_UNFINISHED in judge(result(scenario, cut)).codes
 
 
+def test_a_query_held_up_for_a_minute_is_named_as_stalled() -> None:
+    # Given a worker stopped (SIGSTOP) for a minute in the middle of its timed queries
+    latencies = np.concatenate([steady_ms(600), [62_000.0], steady_ms(600)])
+    verdict = judge(result(SingleStream(), phase(latencies)), environment=QUIET)
+    # Then the verdict says a query stalled, how long, and against what bound
+    assert verdict.status == "INVALID"
+    assert verdict.codes == {ReasonCode.QUERY_STALLED}
+    stalled = verdict.errors[0]
+    assert stalled.measured == pytest.approx(62.0)
+    assert stalled.limit == pytest.approx(1.0)  # 100 x a 1 ms median is less than a second
+    assert "1 timed query took longer than 1.000 s" in stalled.message
+    assert "the longest 62.000 s" in stalled.message
+
+
+def test_a_quiet_runs_tail_is_never_a_stall() -> None:
+    # A fast model's spikes (page faults, a scheduler tick: 500 x its median) stay under a
+    # second, and a slow model's slowest query under a hundred times its median
+    fast = np.concatenate([steady_ms(1200), [500.0, 250.0]])
+    slow = np.concatenate([np.full(100, 2_000.0), [30_000.0]])  # 2 s per query, one of 30 s
+    slow_scenario = SingleStream(min_query_count=100, min_duration_s=0)
+    for run in (result(SingleStream(), phase(fast)), result(slow_scenario, phase(slow))):
+        assert ReasonCode.QUERY_STALLED not in judge(run, environment=QUIET).codes
+    # and the bounds are thresholds a stricter reader can tighten
+    strict = ValidityThresholds(stall_min_s=0.2)
+    assert (
+        ReasonCode.QUERY_STALLED
+        in judge(result(SingleStream(), phase(fast)), thresholds=strict).codes
+    )
+
+
 def test_offline_counts_samples_not_batches() -> None:
     scenario = Offline(batch_size=16, min_sample_count=1000, min_duration_s=0)
     short = phase(np.full(60, 10.0), samples_per_query=16)  # 960 samples

@@ -16,7 +16,6 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import HTMLResponse
 
@@ -232,7 +231,6 @@ async def launch_page(request: Request) -> HTMLResponse:
         title="Launch",
         section="/launch",
         catalog=catalog,
-        catalog_json=orjson.dumps(catalog).decode().replace("</", "<\\/"),
         default_model=next(iter(models), ""),
         online=len(agents),
         online_frameworks=online_frameworks,

@@ -17,11 +17,11 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
-import orjson
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from services.gateway.ui.charts import Spec
+from services.gateway.ui.escaping import script_json
 
 __all__ = [
     "NONE",
@@ -44,7 +44,9 @@ NONE = "\u2013"
 def _environment() -> Environment:
     environment = Environment(
         loader=PackageLoader("services.gateway.ui", "templates"),
-        autoescape=select_autoescape(["html"]),
+        # Every template is HTML: everything written into one is escaped unless it is
+        # Markup, whatever the template's name (not only "*.html", as select_autoescape would).
+        autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -55,6 +57,7 @@ def _environment() -> Environment:
         pct=format_percent,
         when=format_when,
         bytes=format_bytes,
+        script_json=script_json,
     )
     return environment
 
@@ -70,15 +73,15 @@ def stylesheet() -> str:
 
 
 def embedded_chart(spec: Spec) -> Markup:
-    """A placeholder that dlscope.js hands to vega-embed, with the specification beside it.
-    ``</`` is escaped inside the JSON so no value can close the script element."""
+    """A placeholder that dlscope.js hands to vega-embed, with the specification beside it
+    (``script_json``: no value in it can end or change the script element)."""
     key = f"chart-{next(_ids)}"
-    data = orjson.dumps(spec).decode().replace("</", "<\\/")
     label = html.escape(str(spec.get("description", "chart")))
     return Markup(
         f'<figure class="chart"><div class="vega" id="{key}" role="img" aria-label="{label}">'
         f'<p class="muted">drawing…</p></div>'
-        f'<script type="application/json" data-chart-for="{key}">{data}</script></figure>'
+        f'<script type="application/json" data-chart-for="{key}">{script_json(spec)}</script>'
+        "</figure>"
     )
 
 

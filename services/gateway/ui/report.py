@@ -1,6 +1,10 @@
 """A report in three forms from one document: a self-contained HTML file (styles inline,
 charts inline as SVG, no script, so it opens offline anywhere), the same numbers as CSV (one
-row per evaluation) and as Markdown."""
+row per evaluation) and as Markdown.
+
+What the data says is shown as written in each form, never read as markup: the HTML is
+autoescaped, a Markdown value has its markup characters escaped (``markdown_text``), a CSV
+cell that a spreadsheet would take for a formula starts with ``'`` (``spreadsheet_cell``)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 from services.gateway.ui.documents import EvaluationDocument, ExperimentDocument, ReportDocument
+from services.gateway.ui.escaping import markdown_text as _md
+from services.gateway.ui.escaping import spreadsheet_cell
 from services.gateway.ui.rendering import NONE, render, stylesheet, svg_chart
 from services.gateway.ui.views import (
     EXPLANATIONS,
@@ -115,7 +121,7 @@ def report_csv(document: ReportDocument) -> str:
     writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in _rows(document):
-        writer.writerow(row)
+        writer.writerow({key: spreadsheet_cell(value) for key, value in row.items()})
     return out.getvalue()
 
 
@@ -202,14 +208,16 @@ def _csv_row(
 
 
 def report_markdown(document: ReportDocument) -> str:
+    """The report as Markdown: every value from the data through ``_md`` (or a table cell),
+    so that none can add a link, an image, HTML, code or a cell of its own."""
     lines = [
-        f"# {document.title}",
+        f"# {_md(document.title)}",
         "",
         f"Generated {document.generated_at:%Y-%m-%d %H:%M:%S %Z} by dlscope {_version()}.",
         "",
         "## What this report compares",
         "",
-        *(f"- {note}" for note in document.notes),
+        *(f"- {_md(note)}" for note in document.notes),
         "",
     ]
     for experiment in document.experiments:
@@ -219,15 +227,12 @@ def report_markdown(document: ReportDocument) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _cell(value: object) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    """A table whose every cell, header included, is text (escaped)."""
     return [
-        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(_md(c) for c in header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
-        *("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows),
+        *("| " + " | ".join(_md(c) for c in row) + " |" for row in rows),
         "",
     ]
 
@@ -246,9 +251,9 @@ def _estimate(value: float, low: float | None, high: float | None, bound: bool =
 def _experiment_markdown(experiment: ExperimentDocument) -> list[str]:
     view, comparison = experiment.view, experiment.comparison
     lines = [
-        f"## Experiment: {experiment.title}",
+        f"## Experiment: {_md(experiment.title)}",
         "",
-        f"- experiment `{view.experiment_id}`, status **{view.status}**",
+        f"- experiment `{view.experiment_id}`, status **{_md(view.status)}**",
         f"- trace: {experiment.trace_url}",
     ]
     if comparison is not None:
@@ -316,7 +321,7 @@ def _experiment_markdown(experiment: ExperimentDocument) -> list[str]:
     failures = [] if comparison is None else comparison.failures
     if failures:
         lines += ["### Failures", ""]
-        lines += [f"- {g.framework or g.model or 'member'}: {g.reason}" for g in failures]
+        lines += [f"- {_md(g.framework or g.model or 'member')}: {_md(g.reason)}" for g in failures]
         lines.append("")
     return lines
 
@@ -337,15 +342,16 @@ def _evaluation_markdown(document: EvaluationDocument, *, level: int) -> list[st
     view, summary = document.view, document.summary
     mark = "#" * level
     lines = [
-        f"{mark} Evaluation: {document.title}",
+        f"{mark} Evaluation: {_md(document.title)}",
         "",
-        f"- evaluation `{view.evaluation_id}`, status **{view.status}**",
-        f"- model {view.model} {view.model_version or ''}; framework {view.framework} "
-        f"{(view.environment or {}).get('framework_version', '')}; host {view.host or '?'}",
+        f"- evaluation `{view.evaluation_id}`, status **{_md(view.status)}**",
+        f"- model {_md(view.model)} {_md(view.model_version or '')}; framework "
+        f"{_md(view.framework)} {_md((view.environment or {}).get('framework_version', ''))}; "
+        f"host {_md(view.host or '?')}",
         f"- trace: {document.trace_url}",
     ]
     if view.error:
-        lines.append(f"- error: {view.error}")
+        lines.append(f"- error: {_md(view.error)}")
     lines.append("")
     if summary is None:
         return lines
@@ -364,15 +370,16 @@ def _evaluation_markdown(document: EvaluationDocument, *, level: int) -> list[st
     if rows:
         lines += [f"{mark}# Statistics (ms, 95% intervals)", "", *_table(header, rows)]
     if summary.verdict is not None:
-        lines += [f"{mark}# Verdict: {summary.verdict.status}", ""]
+        lines += [f"{mark}# Verdict: {_md(summary.verdict.status)}", ""]
         for reason in summary.verdict.reasons:
             lines.append(
-                f"- {reason.severity}: {reason.message}. {EXPLANATIONS.get(reason.code, '')}"
+                f"- {_md(reason.severity)}: {_md(reason.message)}. "
+                f"{_md(EXPLANATIONS.get(reason.code, ''))}"
             )
         if not summary.verdict.reasons:
             lines.append("- every run rule was met; nothing questioned the conditions")
         lines.append("")
     first, _ = info["environment"]
     if first:
-        lines += [f"{mark}# Environment", "", *(f"- {k}: {v}" for k, v in first), ""]
+        lines += [f"{mark}# Environment", "", *(f"- {_md(k)}: {_md(v)}" for k, v in first), ""]
     return lines

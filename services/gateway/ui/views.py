@@ -55,6 +55,9 @@ EXPLANATIONS: dict[str, str] = {
     "high_harness_overhead": "dlscope's own timing code is a noticeable share of each query: "
     "very short latencies are inflated by it.",
     "machine_loaded": "The machine was already loaded when the run started.",
+    "query_stalled": "A timed query stalled: it took over a second and over 100 times the "
+    "median, so the process was held up (stopped, paused or swapped out) and the stall was "
+    "measured, not the model.",
 }
 
 

@@ -22,6 +22,13 @@
           target.textContent = "";
           await window.vegaEmbed(target, spec, {
             renderer: "svg",
+            // The page's policy allows no eval: Vega interprets its expressions from their
+            // syntax tree (vega-interpreter) instead of compiling them with new Function.
+            ast: true,
+            // Nor inline styles: vega-embed's and the tooltips' are in dlscope.css.
+            defaultStyle: false,
+            forceActionsMenu: true,
+            tooltip: { disableDefaultStyle: true },
             // Export as SVG or PNG; no link to the online editor (this may run offline).
             actions: { export: true, source: false, compiled: false, editor: false },
           });
@@ -295,6 +302,8 @@
         return "completed: p90 " + Number(payload.result.p90_ms).toPrecision(4) + " ms";
       case "evaluation.failed":
         return "failed: " + payload.stage + ": " + payload.reason;
+      case "error":
+        return "not followed: " + payload.detail;
       default:
         return type;
     }
@@ -303,16 +312,28 @@
   // Follow one evaluation's events (server-sent events); ``onEvent(type, payload)`` each.
   function stream(evaluationId, onEvent) {
     const source = new EventSource("/v1/evaluations/" + evaluationId + "/events");
+    // Progress notifications reach the gateway by another path than the stored events, in
+    // no order with them: once the measurement (or the outcome) is shown, no step is.
+    let measured = false;
     for (const type of EVENT_TYPES) {
       source.addEventListener(type, (message) => {
         const data = JSON.parse(message.data);
+        if (type === "evaluation.measured" || TERMINAL.includes(type)) measured = true;
         onEvent(type, data.payload);
         if (TERMINAL.includes(type)) source.close();
       });
     }
     // Progress notifications are not stored events: their data is the payload itself.
     source.addEventListener("evaluation.progress", (message) => {
-      onEvent("evaluation.progress", JSON.parse(message.data));
+      if (!measured) onEvent("evaluation.progress", JSON.parse(message.data));
+    });
+    // The gateway's own "error" event (it has data; the browser's, on a lost connection,
+    // has none and reconnects): the evaluation is not known, so stop asking.
+    source.addEventListener("error", (message) => {
+      if (!message.data) return;
+      source.close();
+      const problem = JSON.parse(message.data);
+      onEvent("error", problem);
     });
     return source;
   }
@@ -349,6 +370,7 @@
     if (kind === "evaluation") {
       stream(accepted.id, (type, payload) => {
         note(describeEvent(type, payload));
+        if (type === "error") return;
         const state = type.split(".")[1];
         const running = ["started", "progress", "measured"].includes(state);
         status.textContent = running ? "running" : state;
@@ -361,8 +383,17 @@
     // by its own event stream.
     const followed = new Map();
     note("experiment requested: " + accepted.models.map((m) => m.model).join(", "));
+    // Just accepted, it may take a moment to be stored (a 404 until then): not for ever.
+    let missingSince = null;
     const poll = async () => {
       const answer = await api("GET", "/v1/experiments/" + accepted.id);
+      if (answer.status === 404) {
+        missingSince = missingSince || Date.now();
+        if (Date.now() - missingSince > 60000) {
+          note("not followed: " + describe(answer.body.detail));
+          return;
+        }
+      }
       if (answer.status === 200) {
         const experiment = answer.body;
         status.textContent = experiment.status;

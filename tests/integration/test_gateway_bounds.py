@@ -1,0 +1,148 @@
+"""Every input the gateway takes is bounded, as a client meets it, on the embedded stack and
+on RabbitMQ + PostgreSQL: a body over its bound is 413 before it is read whole; a field too
+long is 422 naming the field and the limit, quoting little of it; NUL and text that is not
+Unicode are 422 wherever they are (query, path, body), never a server error; and nothing of
+a refused request is stored."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Stack
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def evaluation(**changes: Any) -> dict[str, Any]:
+    return {"model": "squeezenet", "framework": "onnxruntime", **changes}
+
+
+async def stored_evaluations(stack: Stack) -> int:
+    return len((await stack.http.get("/v1/evaluations", params={"limit": 1000})).json())
+
+
+async def test_a_body_over_its_bound_is_refused_before_it_is_read(any_stack: Stack) -> None:
+    before = await stored_evaluations(any_stack)
+    huge = (
+        b'{"model": "squeezenet", "framework": "onnxruntime", "agent_id": "'
+        + b"a" * (50 * 1024**2)
+        + b'"}'
+    )
+    began = time.perf_counter()
+    response = await any_stack.http.post(
+        "/v1/evaluations", content=huge, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 413
+    assert response.json() == {
+        "detail": "the request body is over 1048576 bytes (DLSCOPE_MAX_BODY_BYTES)"
+    }
+    assert time.perf_counter() - began < 10
+
+    # Sent in chunks, with no Content-Length to go by: refused on the bytes that came.
+    async def chunks() -> Any:
+        for _ in range(40):
+            yield b" " * 65536
+
+    chunked = await any_stack.http.post(
+        "/v1/evaluations", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert chunked.status_code == 413
+    assert await stored_evaluations(any_stack) == before
+
+
+async def test_a_field_too_long_is_named_with_its_limit_and_not_echoed(any_stack: Stack) -> None:
+    before = await stored_evaluations(any_stack)
+    response = await any_stack.http.post("/v1/evaluations", json=evaluation(agent_id="a" * 500_000))
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "agent_id"]
+    assert error["msg"] == "String should have at most 256 characters"
+    assert len(response.content) < 1024  # a prefix of the input at most, not 500 000 bytes
+    experiment = await any_stack.http.post("/v1/experiments", json={"models": ["squeezenet"] * 100})
+    assert experiment.status_code == 422
+    assert experiment.json()["detail"][0]["loc"] == ["body", "models"]
+    assert "at most 64 items" in experiment.json()["detail"][0]["msg"]
+    assert await stored_evaluations(any_stack) == before
+
+
+@pytest.mark.parametrize(
+    ("path", "loc"),
+    [
+        ("/v1/models?task=%00", ["query", "task"]),
+        ("/v1/experiments?model=a%00b", ["query", "model"]),
+        ("/v1/evaluations?unknown=%00", ["query", "unknown"]),
+        ("/v1/evaluations?model=%ff%fe", ["query"]),
+        ("/v1/history?model=%00&framework=onnxruntime&hardware=cpu", ["query", "model"]),
+        ("/v1/models/a%00b", ["path"]),
+        ("/v1/evaluations/%ed%a0%80/events", None),
+    ],
+)
+async def test_nul_and_non_unicode_in_a_query_or_path_are_refused_at_once(
+    any_stack: Stack, path: str, loc: list[str] | None
+) -> None:
+    began = time.perf_counter()
+    response = await any_stack.http.get(path)
+    assert time.perf_counter() - began < 3  # never a wait for a service that fails on it
+    assert response.status_code in ((422,) if loc is not None else (404, 422)), response.text
+    if loc is not None:
+        assert response.json()["detail"][0]["loc"] == loc
+
+
+@pytest.mark.parametrize(
+    ("body", "loc", "what"),
+    [
+        (b'{"model": "squeeze\\u0000net", "framework": "onnxruntime"}', ["body", "model"], "NUL"),
+        (
+            b'{"model": "squeezenet", "framework": "onnxruntime", "scenario": {"\\u0000": 1}}',
+            ["body", "scenario", "\x00"],
+            "NUL",
+        ),
+        (b'{"model": "\\ud800", "framework": "onnxruntime"}', ["body"], "not Unicode"),
+        (b'{"model": "\xff\xfe", "framework": "onnxruntime"}', ["body"], "not Unicode"),
+    ],
+)
+async def test_nul_and_non_unicode_in_a_body_are_refused_naming_where(
+    any_stack: Stack, body: bytes, loc: list[str], what: str
+) -> None:
+    before = await stored_evaluations(any_stack)
+    response = await any_stack.http.post(
+        "/v1/evaluations", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == loc
+    assert what in error["msg"]
+    assert await stored_evaluations(any_stack) == before
+
+
+async def test_a_manifest_with_nul_in_yaml_is_refused_naming_the_field(any_stack: Stack) -> None:
+    response = await any_stack.http.post(
+        "/v1/models",
+        content=b'name: n\nversion: 1.0.0\ndescription: "a\\0b"\n',
+        headers={"content-type": "application/yaml"},
+    )
+    assert response.status_code == 422
+    assert "description: the text holds a NUL character" in response.json()["detail"]
+
+
+async def test_an_unknown_content_type_names_little_of_itself(any_stack: Stack) -> None:
+    response = await any_stack.http.post(
+        "/v1/models", content=b"x", headers={"content-type": "text/" + "x" * 10_000}
+    )
+    assert response.status_code == 415
+    assert len(response.content) < 1024
+
+
+async def test_a_refused_request_leaves_the_gateway_serving(any_stack: Stack) -> None:
+    for _ in range(3):
+        await any_stack.http.get("/v1/models?task=%00")
+    accepted = await any_stack.http.post(
+        "/v1/evaluations",
+        json=evaluation(scenario={"iterations": 3, "min_duration_s": 0, "warmup": 0}),
+    )
+    assert accepted.status_code == 202
+    assert uuid.UUID(accepted.json()["id"])
