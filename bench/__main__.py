@@ -21,6 +21,8 @@ BENCHMARKS = (
     "install_size",
     "trace_overhead",
     "ui_pages",
+    "fairness",
+    "interference",
 )
 
 

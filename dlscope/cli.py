@@ -20,16 +20,24 @@ from rich.table import Table
 from dlscope.agents_cli import agents_command
 from dlscope.dlq_cli import dlq
 from dlscope.experiments_cli import (
+    ConcurrentOpt,
     experiment_request,
     framework_selection,
     run_experiment,
     submit_experiment,
+    warn_concurrent_alone,
 )
 from dlscope.gateway_client import gateway_client, submitted, until_settled
 from dlscope.layers_cli import layers_command, tracing_table
 from dlscope.live import LiveEvaluations
+from dlscope.machine_cli import machine_rows
 from dlscope.models_cli import models
-from dlscope.repeats_cli import compare_command, run_arguments, run_repeated
+from dlscope.repeats_cli import (
+    DEFAULT_MAX_SPREAD,
+    compare_command,
+    run_arguments,
+    run_repeated,
+)
 from dlscope.report_cli import report_command
 from dlscope.terminal import console, fail
 from dlscope.trace_cli import (
@@ -92,6 +100,7 @@ def _request(
     split: str | None = None,
     trace_level: str = DEFAULT_TRACE_LEVEL,
     trace_queries: int = DEFAULT_TRACE_QUERIES,
+    concurrent: bool = False,
 ) -> EvaluationRequested:
     if framework not in FRAMEWORKS:
         raise fail(f"unknown framework {framework!r}; choose one of: {', '.join(FRAMEWORKS)}", 2)
@@ -111,6 +120,7 @@ def _request(
             requested_by=requested_by,
             trace_level=checked_trace_level(trace_level),
             trace_queries=trace_queries,
+            concurrent=concurrent,
         )
     except ValidationError as exc:
         raise fail(_problems(exc, {**_REQUEST_OPTIONS, **_SCENARIO_OPTIONS}), 2) from exc
@@ -147,6 +157,8 @@ def _summary_table(evaluation: dict[str, Any]) -> Table:
         _interval_rows(table, phase, several=len(result["statistics"]) > 1)
     if result.get("harness_overhead_ns") is not None:
         table.add_row("harness overhead (µs/query)", f"{result['harness_overhead_ns'] / 1e3:.2f}")
+    for label, value in machine_rows(result.get("machine")):
+        table.add_row(label, value)
     warmup = result.get("warmup")
     if warmup:
         table.add_row("warm-up ended by", str(warmup["decided_by"]))
@@ -311,6 +323,7 @@ def run(
     trace_queries: TraceQueriesOpt = DEFAULT_TRACE_QUERIES,
     atol: Atol = 1e-4,
     top1_agreement: Top1Agreement = 1.0,
+    concurrent: ConcurrentOpt = False,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write the full result here")
     ] = None,
@@ -320,6 +333,14 @@ def run(
             min=1, help="run it this many times, each in a fresh process, and report the spread"
         ),
     ] = 1,
+    max_spread: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="with --repeat: the largest coefficient of variation of the runs' medians "
+            "that is not flagged (0.03: 3 %)",
+        ),
+    ] = DEFAULT_MAX_SPREAD,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="show the services' logs")
     ] = False,
@@ -356,7 +377,7 @@ def run(
             raise fail("--repeat runs one framework; an experiment compares several once", 2)
         if driver == "loadgen":
             raise fail("--repeat compares raw latencies, which the loadgen driver keeps not", 2)
-        run_repeated(run_arguments(sys.argv), repeat)
+        run_repeated(run_arguments(sys.argv), repeat, max_spread=max_spread)
         return
     selection = framework_selection(framework)
     if selection is not None and trace_fields(trace_level, trace_queries):
@@ -374,9 +395,12 @@ def run(
             atol=atol,
             top1_agreement=top1_agreement,
             requested_by="dlscope run",
+            concurrent=concurrent,
         )
         run_experiment(experiment_request_, json_path)
         return
+    if concurrent:
+        warn_concurrent_alone()
 
     request = _request(
         model,
@@ -390,6 +414,7 @@ def run(
         split=split,
         trace_level=trace_level,
         trace_queries=trace_queries,
+        concurrent=concurrent,
     )
     settings = embedded_settings(Settings())
     build_on_first_use(model, settings.home)
@@ -635,6 +660,7 @@ def submit(
     trace_queries: TraceQueriesOpt = DEFAULT_TRACE_QUERIES,
     atol: Atol = 1e-4,
     top1_agreement: Top1Agreement = 1.0,
+    concurrent: ConcurrentOpt = False,
     wait: Annotated[bool, typer.Option(help="wait for the outcome and print it")] = True,
     token: Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")] = None,
 ) -> None:
@@ -670,9 +696,13 @@ def submit(
             "dataset": dataset,
             "split": split,
             "tolerance": {"atol": atol, "min_top1_agreement": top1_agreement},
+            # Only when asked: a gateway that predates the field refuses it.
+            **({"concurrent": True} if concurrent else {}),
         }
         submit_experiment(gateway, token, experiment_body, wait)
         return
+    if concurrent:
+        warn_concurrent_alone()
     body = {
         "model": model,
         "version": version,
@@ -683,6 +713,7 @@ def submit(
         "dataset": dataset,
         "split": split,
         **tracing,
+        **({"concurrent": True} if concurrent else {}),
     }
     with gateway_client(gateway, token) as client:
         accepted = submitted(client, gateway, "/v1/evaluations", body, "evaluation")

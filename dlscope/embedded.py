@@ -2,7 +2,10 @@
 every framework installed here) and ``dlscope up``.
 
 The composition root of the embedded mode: the in-process broker and the SQLite event store,
-with the very services the distributed deployment runs as separate processes.
+with the very services the distributed deployment runs as separate processes. Its workers share
+one process, and still take turns at the device they measure: each holds its device's lease
+(``services.workers.leases``), which excludes the other descriptors of this process as it
+does other processes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -30,9 +33,11 @@ from shared.eventstore.views import ArtifactView, EvaluationView, ExperimentView
 from shared.manifests import ModelManifest
 from shared.messages import (
     PROGRESS_KEY,
+    DeviceLease,
     Envelope,
     EvaluationCompleted,
     EvaluationFailed,
+    EvaluationMeasured,
     EvaluationRequested,
     ExperimentCompared,
     ExperimentFailed,
@@ -147,6 +152,8 @@ class EmbeddedExperiment:
     # Frameworks with an export of the model that cannot run here, and why.
     not_installed: dict[str, str]
     trace_id: str
+    # Each measured member's device and window (its evaluation.measured ``lease``).
+    windows: dict[uuid.UUID, DeviceLease] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -156,6 +163,10 @@ class EmbeddedExperiment:
             ),
             "not_installed": self.not_installed,
             "trace_id": self.trace_id,
+            "device_windows": {
+                str(member): window.model_dump(mode="json")
+                for member, window in self.windows.items()
+            },
         }
 
 
@@ -221,14 +232,27 @@ async def experiment(
             assert view is not None, "the recorder stored the experiment"
             members = [uuid.UUID(m["evaluation_id"]) for m in view.members or []]
             by_id = {e.evaluation_id: e for e in await store.get_evaluations(members)}
+            windows = {
+                member: window
+                for member in members
+                if (window := _window(await store.stream_events(evaluation_stream(member))))
+            }
         return EmbeddedExperiment(
             experiment=view,
             evaluations=[by_id[i] for i in members if i in by_id],
             not_installed=not_installed,
             trace_id=trace_id,
+            windows=windows,
         )
     finally:
         await runtime.close()
+
+
+def _window(events: list[StoredEvent]) -> DeviceLease | None:
+    """The device and window of an evaluation's measurement, if it was measured."""
+    measured = [e for e in events if e.type == EvaluationMeasured.TYPE]
+    lease = measured[-1].payload.get("lease") if measured else None
+    return None if lease is None else DeviceLease.model_validate(lease)
 
 
 async def _framework_workers(

@@ -6,20 +6,23 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import httpx
 import typer
 from pydantic import TypeAdapter, ValidationError
 from rich.table import Table
 
 from dlscope.gateway_client import gateway_client, submitted, until_settled
 from dlscope.live import LiveEvaluations
-from dlscope.terminal import console, fail
+from dlscope.machine_cli import cost_cells
+from dlscope.terminal import console, errors, fail
 from dlscope.zoo_cli import build_on_first_use
 from shared.config import Settings
 from shared.errors import DlscopeError
 from shared.messages import (
     FRAMEWORKS,
+    DeviceLease,
     ExperimentComparison,
     ExperimentRequested,
     FrameworkSelection,
@@ -28,15 +31,39 @@ from shared.messages import (
 )
 
 __all__ = [
+    "ConcurrentOpt",
     "comparison_table",
     "experiment_request",
     "framework_selection",
+    "measurement_order",
     "print_comparison",
     "run_experiment",
     "submit_experiment",
+    "warn_concurrent_alone",
 ]
 
 TERMINAL = ("compared", "failed")
+
+ConcurrentOpt = Annotated[
+    bool,
+    typer.Option(
+        "--concurrent",
+        help="experiments: run the members together, without device leases (a contention "
+        "study; each result is labelled measured under contention). By default members that "
+        "share a device are measured one at a time",
+    ),
+]
+
+
+def warn_concurrent_alone() -> None:
+    """``--concurrent`` with one framework: accepted, and said to mean next to nothing."""
+    errors.print(
+        "[yellow]warning:[/] --concurrent runs an experiment's members together; with one "
+        "framework there is nothing to run beside. The evaluation only skips the device "
+        "lease, and its result is labelled as measured under contention.",
+        soft_wrap=True,
+        highlight=False,
+    )
 
 
 def framework_selection(value: str) -> FrameworkSelection | None:
@@ -68,6 +95,7 @@ def experiment_request(
     atol: float,
     top1_agreement: float,
     requested_by: str,
+    concurrent: bool = False,
 ) -> ExperimentRequested:
     try:
         return ExperimentRequested.model_validate(
@@ -82,6 +110,7 @@ def experiment_request(
                 "split": split,
                 "tolerance": {"atol": atol, "min_top1_agreement": top1_agreement},
                 "requested_by": requested_by,
+                "concurrent": concurrent,
             }
         )
     except ValidationError as exc:
@@ -95,16 +124,18 @@ def _title(model: str, comparison: ExperimentComparison, hardware: str) -> str:
 
 
 def comparison_table(title: str, comparison: ExperimentComparison) -> Table:
-    """One row per member: its framework, latency statistics, top-1 and parity with the
-    reference member."""
+    """One row per member: its framework, latency statistics, what a query cost (CPU time,
+    the framework process's peak memory), top-1, its verdict and parity with the reference
+    member."""
     with_accuracy = any(m.accuracy for m in comparison.evaluations)
     table = Table(title=title)
     for column in ("framework", "version", "host"):
         table.add_column(column)
-    for column in ("p50 ms", "p90 ms", "p99 ms", "samples/s"):
+    for column in ("p50 ms", "p90 ms", "p99 ms", "samples/s", "CPU ms/query", "peak MiB"):
         table.add_column(column, justify="right")
     if with_accuracy:
         table.add_column("top-1", justify="right")
+    table.add_column("verdict")
     table.add_column("parity vs reference")
     versus = {p.candidate: p for p in comparison.parity if p.reference == comparison.reference}
     for member in comparison.evaluations:
@@ -125,10 +156,21 @@ def _row(
     else:
         cells += [f"{latency.p50_ms:.3f}", f"{latency.p90_ms:.3f}", f"{latency.p99_ms:.3f}"]
         cells.append(f"{latency.throughput_per_s:.1f}")
+    cells += cost_cells(member.cost)
     if with_accuracy:
         cells.append(f"{member.accuracy.top1:.4f}" if member.accuracy else "-")
+    cells.append(_verdict(member))
     cells.append(_parity(member, reference, versus))
     return cells
+
+
+def _verdict(member: MemberResult) -> str:
+    verdict = member.verdict
+    if verdict is None:
+        return "-"
+    if verdict.status == "VALID":
+        return "[green]VALID[/]" + (" (warnings)" if verdict.reasons else "")
+    return "[red]INVALID[/]: " + ", ".join(r.code for r in verdict.errors)
 
 
 def _parity(
@@ -150,6 +192,7 @@ def print_comparison(
     title: str, comparison: ExperimentComparison, not_installed: dict[str, str] | None = None
 ) -> None:
     console.print(comparison_table(title, comparison))
+    _print_costs_and_verdicts(comparison)
     tolerance = comparison.tolerance
     within = f"atol {tolerance.atol:g} x scale, top-1 agreement >= {tolerance.min_top1_agreement:g}"
     if comparison.parity_ok is True:
@@ -168,6 +211,54 @@ def print_comparison(
         console.print(f"[red]failed[/] {subject or gap.model}: {gap.reason}", soft_wrap=True)
     for framework, reason in (not_installed or {}).items():
         console.print(f"not installed here: {framework} ({reason})", soft_wrap=True)
+
+
+def _print_costs_and_verdicts(comparison: ExperimentComparison) -> None:
+    """Why a member is INVALID, and what a starred peak memory means."""
+    for member in comparison.evaluations:
+        for reason in () if member.verdict is None else member.verdict.errors:
+            console.print(f"[red]invalid[/] {member.framework}: {reason.message}", soft_wrap=True)
+    if any(
+        m.cost is not None and m.cost.peak_memory is not None and m.cost.peak_memory.scope != "job"
+        for m in comparison.evaluations
+    ):
+        console.print("* peak memory since the framework process started (no per-job reset here)")
+
+
+def measurement_order(
+    members: list[MemberResult], windows: dict[uuid.UUID, DeviceLease]
+) -> list[str]:
+    """How the members shared each device they measured (one line per host and device):
+    one at a time, in the order their workers got the device; or together (concurrent)."""
+    shared: dict[tuple[str, str], list[tuple[DeviceLease, MemberResult]]] = {}
+    for member in members:
+        if (window := windows.get(member.evaluation_id)) is not None:
+            shared.setdefault((window.host, window.device), []).append((window, member))
+    lines = []
+    for (host, device), measured in shared.items():
+        if len(measured) < 2:
+            continue
+        if not all(window.held for window, _ in measured):
+            lines.append(
+                f"{host} {device}: members measured together (concurrent), without the "
+                "device's lease: each result is labelled measured under contention"
+            )
+            continue
+        measured.sort(key=lambda pair: pair[0].acquired_at)
+        order = ", ".join(
+            member.framework + (f" (waited {w.waited_s:.1f} s)" if w.waited_s >= 0.05 else "")
+            for w, member in measured
+        )
+        lines.append(
+            f"{host} {device}: members measured one at a time, in the order their workers "
+            f"got the device: {order}"
+        )
+    return lines
+
+
+def _print_order(lines: list[str]) -> None:
+    for line in lines:
+        console.print(line, soft_wrap=True, highlight=False)
 
 
 def run_experiment(request: ExperimentRequested, json_path: Path | None) -> None:
@@ -196,6 +287,7 @@ def run_experiment(request: ExperimentRequested, json_path: Path | None) -> None
         comparison,
         outcome.not_installed,
     )
+    _print_order(measurement_order(comparison.evaluations, outcome.windows))
     console.print(
         f"experiment {view.experiment_id}, trace {outcome.trace_id}; "
         f"events stored in {settings.resolved_database_url}"
@@ -224,8 +316,29 @@ def submit_experiment(gateway: str, token: str | None, body: dict[str, Any], wai
             return
         with console.status("waiting for every member and the comparison…"):
             experiment = until_settled(client, f"/v1/experiments/{accepted['id']}", TERMINAL, 0.5)
-    if experiment["status"] == "failed":
-        raise fail(f"experiment failed: {experiment['error']}", 1)
-    comparison = ExperimentComparison.model_validate(experiment["comparison"])
+        if experiment["status"] == "failed":
+            raise fail(f"experiment failed: {experiment['error']}", 1)
+        comparison = ExperimentComparison.model_validate(experiment["comparison"])
+        windows = _windows(client, comparison.evaluations)
     print_comparison(_title(experiment["model"], comparison, experiment["hardware"]), comparison)
+    _print_order(measurement_order(comparison.evaluations, windows))
     _exit_on_disagreement(comparison)
+
+
+def _windows(client: httpx.Client, members: list[MemberResult]) -> dict[uuid.UUID, DeviceLease]:
+    """Each measured member's device and window, from its evaluation.measured event."""
+    windows = {}
+    for member in members:
+        if member.status != "completed":
+            continue
+        try:
+            response = client.get(f"/v1/evaluations/{member.evaluation_id}/events")
+        except httpx.HTTPError:  # the table is printed; the order is a footnote
+            break
+        if response.status_code != 200:
+            continue
+        measured = [e for e in response.json() if e["type"] == "evaluation.measured"]
+        lease = measured[-1]["payload"].get("lease") if measured else None
+        if lease is not None:
+            windows[member.evaluation_id] = DeviceLease.model_validate(lease)
+    return windows

@@ -11,7 +11,9 @@ fan-out benchmark; ``python -m dlscope.multihost`` starts one to try by hand (as
 
 The shared RabbitMQ listens on loopback only: a relay on the bridge address carries the
 hosts' connections to it, so the broker others use is never reconfigured. Workers get
-nothing but the broker and artifact URLs, as on real remote hardware.
+nothing but the broker and artifact URLs, as on real remote hardware. The hosts share this
+machine's /tmp, where device leases are kept per host name (``services.workers.leases``): each
+host's workers take turns at its CPU, and the hosts measure in parallel, as real ones would.
 """
 
 from __future__ import annotations

@@ -21,11 +21,15 @@ from rich.progress import Progress
 from rich.table import Table
 
 from dlscope.live import LINES_ENV, LiveEvaluations, columns, parse_line
+from dlscope.machine_cli import run_cells
 from dlscope.terminal import console, errors, fail
 from shared.measurement import compare, summarize_repetitions
 from shared.measurement.validity import ValidityThresholds
 
-__all__ = ["compare_command", "run_arguments", "run_repeated"]
+__all__ = ["DEFAULT_MAX_SPREAD", "compare_command", "run_arguments", "run_repeated"]
+
+# The spread of the repeats' medians past which one run is not to be trusted alone.
+DEFAULT_MAX_SPREAD = ValidityThresholds().max_repetition_cv
 
 
 def _latencies(document: dict[str, Any], source: str) -> tuple[list[int], float]:
@@ -49,17 +53,18 @@ def _latencies(document: dict[str, Any], source: str) -> tuple[list[int], float]
 
 
 def run_arguments(argv: list[str]) -> list[str]:
-    """The arguments of this ``dlscope run`` without ``--repeat`` and ``--json`` (each
-    repetition writes its own result), to run it again."""
+    """The arguments of this ``dlscope run`` without ``--repeat``, ``--max-spread`` and
+    ``--json`` (each repetition writes its own result), to run it again."""
     arguments = argv[argv.index("run") + 1 :]
+    ours = ("--repeat", "--max-spread", "--json")
     kept: list[str] = []
     skip = False
     for argument in arguments:
         if skip:
             skip = False
-        elif argument in ("--repeat", "--json"):
+        elif argument in ours:
             skip = True
-        elif not argument.startswith(("--repeat=", "--json=")):
+        elif not argument.startswith(tuple(f"{option}=" for option in ours)):
             kept.append(argument)
     return kept
 
@@ -83,9 +88,13 @@ def _run_child(command: list[str], live: LiveEvaluations) -> tuple[int, str]:
     return child.returncode, "".join(rest)
 
 
-def run_repeated(arguments: list[str], repeats: int) -> None:
-    """Run ``dlscope run <arguments>`` ``repeats`` times, each in its own process."""
+def run_repeated(
+    arguments: list[str], repeats: int, *, max_spread: float = DEFAULT_MAX_SPREAD
+) -> None:
+    """Run ``dlscope run <arguments>`` ``repeats`` times, each in its own process; flag a
+    spread of their medians over ``max_spread``, naming the run farthest from the others."""
     runs: list[list[int]] = []
+    extra: list[list[str]] = []  # each run's CPU per query and verdict
     percentile = 0.9
     with (
         tempfile.TemporaryDirectory(prefix="dlscope-repeat-") as scratch,
@@ -103,29 +112,37 @@ def run_repeated(arguments: list[str], repeats: int) -> None:
             bar.advance(task)
             if status != 0:
                 raise fail(f"run {number} of {repeats} failed: {stderr.strip()}", 1)
-            latencies, percentile = _latencies(json.loads(result.read_text()), f"run {number}")
+            document = json.loads(result.read_text())
+            latencies, percentile = _latencies(document, f"run {number}")
             runs.append(latencies)
+            extra.append(run_cells(document["evaluation"]["result"]))
     summary = summarize_repetitions(runs, percentile=percentile)
     name = f"p{percentile * 100:g}"
     table = Table(title=f"{repeats} runs of `dlscope run {' '.join(arguments)}`, fresh processes")
-    for column in ("run", "p50 (ms)", f"{name} (ms)"):
+    for column in ("run", "p50 (ms)", f"{name} (ms)", "CPU ms/query"):
         table.add_column(column, justify="right")
-    for number, (median, headline) in enumerate(
-        zip(summary.medians_ns, summary.headlines_ns, strict=True), start=1
+    table.add_column("verdict")
+    for number, (median, headline, cells) in enumerate(
+        zip(summary.medians_ns, summary.headlines_ns, extra, strict=True), start=1
     ):
-        table.add_row(str(number), f"{median / 1e6:.3f}", f"{headline / 1e6:.3f}")
+        table.add_row(str(number), f"{median / 1e6:.3f}", f"{headline / 1e6:.3f}", *cells)
     console.print(table)
-    limit = ValidityThresholds().max_repetition_cv
     console.print(
         f"p50 across runs: mean {summary.median_mean_ns / 1e6:.3f} ms, std "
         f"{summary.median_std_ns / 1e6:.3f} ms, coefficient of variation {summary.median_cv:.1%}"
         f"; {name}: {summary.headline_cv:.1%}"
     )
-    if summary.median_cv > limit:
+    farthest = (
+        f"run {summary.outlier_run} is the farthest from the others "
+        f"({summary.outlier_deviation:+.1%} from their median p50)"
+    )
+    if summary.median_cv > max_spread:
         console.print(
-            f"high run-to-run variation: above {limit:.0%}, one run's figures are not to be "
-            "trusted alone on this machine"
+            f"high run-to-run variation: the spread is above {max_spread:.1%} (--max-spread); "
+            f"{farthest}. One run's figures are not to be trusted alone on this machine."
         )
+    else:
+        console.print(f"within {max_spread:.1%} (--max-spread); {farthest}")
 
 
 def compare_command(

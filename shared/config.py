@@ -7,6 +7,8 @@ hand it to the services they start.
 from __future__ import annotations
 
 import os
+import socket
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -90,6 +92,13 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(default=64 * 1024**2, gt=0, le=90 * 1024**2)
     max_message_bytes: int = Field(default=32 * 1024**2, gt=0)
     max_manifest_nodes: int = Field(default=200_000, gt=0)
+    # Where workers take their device leases (services.workers.leases): a directory every
+    # worker of this host shares. By default <tmp>/dlscope-leases-<host name>: the host name
+    # tells apart hosts that share /tmp (containers with a shared volume would set one
+    # directory for them all; simulated hosts, dlscope.hosts, keep theirs apart by name).
+    lease_dir: Path | None = None
+    # Which GPUs this process may use, as CUDA reads it: a GPU worker leases the first.
+    cuda_visible_devices: str | None = Field(default=None, validation_alias="CUDA_VISIBLE_DEVICES")
 
     @field_validator("namespace")
     @classmethod
@@ -141,6 +150,13 @@ class Settings(BaseSettings):
     def resolved_artifact_token(self) -> str | None:
         """The token of the artifact server: its own, else the API token."""
         return self.artifact_token or self.api_token
+
+    @property
+    def resolved_lease_dir(self) -> Path:
+        """Where this host's device leases are: ``lease_dir``, else one per host name."""
+        if self.lease_dir is not None:
+            return self.lease_dir
+        return Path(tempfile.gettempdir()) / f"dlscope-leases-{socket.gethostname()}"
 
     @property
     def resolved_artifact_store(self) -> Path:

@@ -113,6 +113,8 @@ def _result(
                 summary.model_dump(include=set(ComparedLatency.model_fields))
             ),
             accuracy=summary.accuracy,
+            verdict=summary.verdict,
+            cost=None if summary.machine is None else summary.machine.cost,
         )
     if isinstance(outcome, EvaluationFailed):
         return MemberResult(**common, status="failed", error=f"{outcome.stage}: {outcome.reason}")

@@ -1,5 +1,6 @@
 """An evaluation's result from its raw measurement: statistics with confidence intervals for
-every phase, the validity verdict with its reasons, and the harness's own overhead.
+every phase, the validity verdict with its reasons, the harness's own overhead, and what the
+run cost and what else used the machine while it was timed (``machine``).
 
 The flat fields of ``LatencySummary`` (p50_ms, throughput_per_s, ...) describe the headline
 phase, the first (the only one but in a batch sweep), so tables and comparisons read one
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.measurement import LatencyStatistics, judge, summarize_result
+from shared.measurement.cost import machine_report
 from shared.measurement.loadgen import LoadgenResult
 from shared.messages import EvaluationMeasured, LatencySummary, Scenario
 
@@ -28,7 +30,13 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
     run = measured.run
     assert run is not None, "EvaluationMeasured carries a run or a loadgen result"
     statistics = summarize_result(run)
-    verdict = judge(run, statistics, environment=measured.conditions)
+    readings = measured.machine
+    verdict = judge(
+        run,
+        statistics,
+        environment=measured.conditions,
+        noise=None if readings is None else readings.noise,
+    )
     phase, headline = run.phases[0], statistics[0]
     return LatencySummary(
         **_flat(headline, phase.samples_per_query),
@@ -52,6 +60,9 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
         layers=measured.layers,
         trace_level=measured.trace_level,
         tracing=measured.tracing,
+        machine=machine_report(
+            [p.window for p in run.phases], headline.count, phase.samples_per_query, readings
+        ),
     )
 
 
@@ -83,11 +94,12 @@ def _loadgen_summary(
     def ms(key: str) -> float:
         return float(summary.get(key, 0.0)) * _MS
 
+    count = int(summary.get("result_count", summary.get("min_query_count", 0)) or 0)
     # Offline reports samples/s; the latency-bound scenarios report queries/s.
     per_s = summary.get("samples_per_second") or summary.get("qps_w_loadgen_overhead") or 0.0
     throughput = float(per_s) * (1 if "samples_per_second" in summary else phase.samples_per_query)
     return LatencySummary(
-        count=int(summary.get("result_count", summary.get("min_query_count", 0)) or 0),
+        count=count,
         batch_size=phase.samples_per_query,
         mean_ms=ms("mean_latency_ns"),
         std_ms=None,  # LoadGen's summary has no spread
@@ -116,4 +128,10 @@ def _loadgen_summary(
         layers=measured.layers,
         trace_level=measured.trace_level,
         tracing=measured.tracing,
+        machine=machine_report(
+            [p.window for p in result.phases],
+            phase.framework_calls if phase.framework_calls is not None else count,
+            phase.samples_per_query,
+            measured.machine,
+        ),
     )

@@ -17,6 +17,7 @@ from opentelemetry import trace
 from services.gateway.auth import UNAUTHORIZED, require_token
 from services.gateway.context import GatewayContext, ask_registry, context_of, publish
 from services.gateway.schemas import (
+    ONE_EVALUATION_CONCURRENT,
     EvaluationAccepted,
     EvaluationCreate,
     EvaluationEventOut,
@@ -81,6 +82,7 @@ async def create_evaluation(
                 requested_by="gateway",
                 trace_level=body.trace_level,
                 trace_queries=body.trace_queries,
+                concurrent=body.concurrent,
             ),
             stream_id=evaluation_stream(evaluation_id),
             correlation_id=evaluation_id,
@@ -93,6 +95,7 @@ async def create_evaluation(
         trace_id=trace_id,
         trace_url=context.settings.trace_url(trace_id),
         status_url=str(request.url_for("get_evaluation", evaluation_id=evaluation_id)),
+        warnings=[ONE_EVALUATION_CONCURRENT] if body.concurrent else [],
     )
 
 

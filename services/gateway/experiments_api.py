@@ -90,6 +90,13 @@ class ExperimentCreate(BaseModel):
         gt=0,
         description="compare what has finished by then; default DLSCOPE_EVALUATION_TIMEOUT_S",
     )
+    concurrent: bool = Field(
+        strict=True,
+        default=False,
+        description="run the members together, without device leases (a contention study): "
+        "each result is labelled measured_under_contention. By default members that share a "
+        "device are measured one at a time",
+    )
 
     @field_validator("version", "framework_version", "dataset_version")
     @classmethod
@@ -184,6 +191,7 @@ async def create_experiment(
             split=body.split,
             tolerance=body.tolerance,
             timeout_s=body.timeout_s,
+            concurrent=body.concurrent,
             requested_by="gateway",
         )
     except ValidationError as exc:  # e.g. a model listed twice

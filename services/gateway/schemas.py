@@ -75,6 +75,20 @@ class EvaluationCreate(BaseModel):
         le=100,
         description="queries per traced pass",
     )
+    concurrent: bool = Field(
+        strict=True,
+        default=False,
+        description="measure without waiting for the device's lease, beside whatever else "
+        "runs on it (a contention study); the result is labelled measured_under_contention",
+    )
+
+
+# What the answer to a concurrent evaluation says: the flag is about an experiment's members.
+ONE_EVALUATION_CONCURRENT = (
+    "concurrent runs an experiment's members together; one evaluation has no members to run "
+    "beside: it only skips the device lease, and its result is labelled as measured under "
+    "contention"
+)
 
 
 class EvaluationAccepted(BaseModel):
@@ -82,6 +96,9 @@ class EvaluationAccepted(BaseModel):
     trace_id: str
     trace_url: str
     status_url: str
+    warnings: list[str] = Field(
+        default_factory=list, description="what in the request may not do what it seems to"
+    )
 
 
 class EvaluationOut(BaseModel):

@@ -485,6 +485,7 @@ class SchedulerService:
                     experiment_id=request.experiment_id,
                     trace_level=request.trace_level,
                     trace_queries=request.trace_queries,
+                    concurrent=request.concurrent,
                 ),
                 producer=self.name,
             ),
@@ -525,6 +526,7 @@ class SchedulerService:
                 split=request.split,
                 requested_by=f"experiment {request.experiment_id}",
                 experiment_id=request.experiment_id,
+                concurrent=request.concurrent,
             )
             await self._bus.publish(
                 Envelope.wrap(

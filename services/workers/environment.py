@@ -55,6 +55,8 @@ FRAMEWORK_LIBRARIES: dict[str, tuple[str, ...]] = {
 # environment as heavy: it competes with the measurement.
 HEAVY_CPU_PERCENT = 50.0
 _HEAVY_LISTED = 5
+# How a heavy process that is one of this process's framework processes is labelled.
+_OURS = "a dlscope framework process, running as this evaluation started"
 # CPU times tick every 10 ms: over a shorter window a rate could be off by 10 points or more.
 _SHORTEST_WINDOW_S = 0.1
 _NVIDIA_SMI_QUERY = "index,name,memory.total,driver_version,uuid"
@@ -230,36 +232,57 @@ class _CpuUse:
 
     def look(self, ours: Collection[int] = ()) -> tuple[float | None, list[dict[str, Any]]]:
         """The window in seconds and the processes over ``HEAVY_CPU_PERCENT`` in it, busiest
-        first; a window of None when there is none long enough to tell."""
+        first; a window of None when there is none long enough to tell.
+
+        ``ours`` are the framework processes of this process's workers. They are not hidden:
+        another worker's framework process measuring now competes like any other program.
+        But the window looks back, and one that was busy in it may be done (the previous
+        evaluation, the framework's import): such a process counts only if it is running
+        at this instant, and is named as dlscope's."""
         now = time.monotonic()
         window = None if self._seen_at is None else now - self._seen_at
         if window is not None and window < _SHORTEST_WINDOW_S:
             return None, []  # the reading kept stays, so the next window is long enough
-        # Our own processes are not "other" load: the framework processes this one started
-        # (busy with the previous evaluation in the window) included.
-        own = {os.getpid(), *ours}
+        own = os.getpid()
         used: dict[int, tuple[float, float]] = {}
         heavy = []
         for process in psutil.process_iter(["name", "cpu_times", "create_time"]):
             times, started = process.info["cpu_times"], process.info["create_time"]
-            if process.pid in own or times is None or started is None:
+            if process.pid == own or times is None or started is None:
                 continue  # ourselves, or a process we may not read
             seconds = times.user + times.system
             used[process.pid] = (started, seconds)
             before = self._used.get(process.pid)
             if window is not None and before is not None and before[0] == started:
                 percent = 100.0 * (seconds - before[1]) / window
-                if percent >= HEAVY_CPU_PERCENT:
-                    heavy.append(
-                        {
-                            "pid": process.pid,
-                            "name": process.info["name"],
-                            "cpu_percent": round(percent, 1),
-                        }
-                    )
+                if percent < HEAVY_CPU_PERCENT:
+                    continue
+                found = {
+                    "pid": process.pid,
+                    "name": process.info["name"],
+                    "cpu_percent": round(percent, 1),
+                }
+                if process.pid in ours:
+                    if not _running_now(process):
+                        continue  # idle now: its busy time was an earlier job, or its start
+                    found["dlscope"] = _OURS
+                heavy.append(found)
         self._seen_at, self._used = now, used
         heavy.sort(key=lambda p: -float(p["cpu_percent"]))
         return window, heavy[:_HEAVY_LISTED]
+
+
+def _running_now(process: psutil.Process, proc: Path = Path("/proc")) -> bool:
+    """Whether any thread of ``process`` is on a CPU or waiting for one at this instant (a
+    framework's main thread may be waiting on its pool while the pool computes)."""
+    try:
+        for task in (proc / str(process.pid) / "task").iterdir():
+            # /proc/<pid>/task/<tid>/stat: "tid (name) S ...", the name may hold spaces.
+            if (task / "stat").read_text().rpartition(")")[2].split()[0] == "R":
+                return True
+    except (OSError, IndexError):
+        return False
+    return False
 
 
 # One per process, because the rate is over the window between two looks; it holds no
@@ -304,7 +327,9 @@ def environment(
     ``framework`` is the predictor's description (``framework``, ``framework_version``);
     ``seed`` seeds the evaluation's generated inputs; ``build`` is ``framework_build`` as
     the framework process read it (by default, as this process sees it); ``ours`` are the
-    framework processes of this process's workers, which are not "other" heavy processes.
+    framework processes of this process's workers: named among the heavy processes when
+    they are measuring now (another member of an experiment), left out when idle (this
+    worker's own, between jobs).
     """
     load1, load5, load15 = os.getloadavg()
     window, heavy = _cpu_use.look(ours)

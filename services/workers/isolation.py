@@ -54,8 +54,9 @@ class FrameworkCrashed(PredictorError):
 class FrameworkProcess:
     """One framework on one kind of hardware, in a child process; one call at a time."""
 
-    # Every framework process of this process's workers, running now: their load is ours
-    # (the members of one experiment run side by side), not another program's.
+    # Every framework process of this process's workers, running now: the environment names
+    # one that is busy as dlscope's own (it is still load: only --concurrent members measure
+    # side by side, and their results say so).
     running: set[int] = set()  # noqa: RUF012  (shared by every instance, on purpose)
 
     def __init__(

@@ -1,9 +1,15 @@
 """The job runner: one evaluation job, from its message to the worker's last event.
 
 job -> started (attempt, environment) -> version check -> verified artifact
-    -> measured, by the framework process (services.workers.session)
+    -> the device's lease (services.workers.leases: "waiting for the device" while another
+       measurement holds it; failed at stage "timeout" if it never comes in time)
+    -> measured, by the framework process (services.workers.session), the lease held
     -> or failed, with the stage and the reason (the framework process's death included);
        the worker stays up for the next job
+
+A job with ``concurrent`` takes no lease: it runs beside whatever else uses the device, and
+its conditions say so (the verdict labels it measured under contention). Either way the
+measurement records the device and its window (``EvaluationMeasured.lease``).
 
 Before it publishes what the job came to (measured or failed), and before it runs a job
 delivered again, the worker asks the scheduler whether its attempt still stands
@@ -16,17 +22,21 @@ scheduler that does not answer in time changes nothing: the worker goes on as be
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.trace import Tracer
 
+from services.workers.devices import worker_device
 from services.workers.environment import environment, host_name
 from services.workers.isolation import FrameworkProcess
+from services.workers.leases import DeviceBusy, DeviceLeases, Held, Holder
 from services.workers.measurement import Run
 from services.workers.standing import no_longer_stands
 from services.workers.tracing import record_trace
@@ -58,6 +68,11 @@ log = logging.getLogger(__name__)
 
 # What the validity verdict reads from the environment captured at an evaluation's start.
 CONDITIONS = ("cpu_governor", "load_average", "cpu_threads", "heavy_processes")
+# A wait for the device ends this much before the scheduler's own deadline for the job
+# (DLSCOPE_EVALUATION_TIMEOUT_S from its start), so the failure says what it waited for.
+WAIT_MARGIN_S = 10.0
+WAIT_MARGIN_SHARE = 0.1
+WAITING = "waiting for the device"
 
 Publish = Callable[[Payload], Awaitable[None]]
 
@@ -79,9 +94,17 @@ class JobRunner:
         agent_id: str,
         results_dir: Path,
         tracer: Tracer,
+        leases: DeviceLeases,
         rpc_timeout_s: float = 10.0,
+        evaluation_timeout_s: float | None = None,
+        visible_gpus: str | None = None,
     ) -> None:
         self.agent_id = agent_id
+        # The device each job measures is held alone (services.workers.leases), for at most
+        # the evaluation's timeout less a margin; CUDA_VISIBLE_DEVICES names a GPU worker's.
+        self._leases = leases
+        self._evaluation_timeout_s = evaluation_timeout_s
+        self._visible_gpus = visible_gpus
         # How long the scheduler has to say whether an attempt still stands before the worker
         # goes on without its answer (DLSCOPE_RPC_TIMEOUT_S): a round trip takes milliseconds
         # on a healthy broker; a scheduler that is down costs a job this much.
@@ -103,6 +126,7 @@ class JobRunner:
         job = envelope.open(RunEvaluation)
         attempt = current_delivery().attempt
         async with self._one_at_a_time:
+            taken_at = time.monotonic()
             if envelope.event_id in self._finished:
                 # A copy of a job this worker already finished and reported: the broker
                 # requeued it when the channel it was taken on broke before the ack.
@@ -145,7 +169,9 @@ class JobRunner:
             async def stands() -> str | None:
                 return await self._no_longer_stands(envelope, job, attempt)
 
-            failure = await self._measure(job, publish, tell, stands, captured, attempt)
+            failure = await self._measure(
+                job, publish, tell, stands, captured, attempt, self._wait_until(taken_at)
+            )
             if failure is not None:
                 await self._fail(envelope, job.evaluation_id, failure, stands, key)
             self._remember(envelope)
@@ -230,6 +256,45 @@ class JobRunner:
         except DlscopeError as exc:
             log.debug("progress of %s not told: %s", job.evaluation_id, exc)
 
+    def _wait_until(self, taken_at: float) -> float | None:
+        """When a job taken at ``taken_at`` stops waiting for its device: a little before
+        the scheduler would fail it for having no outcome (its timeout counts from the
+        job's start), so the failure names the device and its holder instead."""
+        timeout = self._evaluation_timeout_s
+        if timeout is None:
+            return None
+        return taken_at + timeout - min(WAIT_MARGIN_S, WAIT_MARGIN_SHARE * timeout)
+
+    @contextlib.asynccontextmanager
+    async def _device(
+        self, job: RunEvaluation, tell: Callable[[Step], Awaitable[None]], until: float | None
+    ) -> AsyncIterator[Held]:
+        """The job's device, held for the block (or, ``concurrent``, only its window)."""
+        device = worker_device(
+            self._framework.hardware,
+            self._framework.described.device,
+            visible_gpus=self._visible_gpus,
+        )
+        if job.concurrent:
+            async with self._leases.beside(device) as window:
+                yield window
+            return
+
+        async def waiting(holder: Holder | None, left_s: float | None) -> None:
+            held_by = f"held by {holder.short}" if holder is not None else "held by another process"
+            log.info("%s waits for device %s, %s", job.evaluation_id, device.name, holder or "?")
+            await tell(Step(WAITING, f"{WAITING} {device.name}, {held_by}", limit_s=left_s))
+
+        wait_s = None if until is None else max(0.0, until - time.monotonic())
+        async with self._leases.hold(
+            device,
+            evaluation_id=job.evaluation_id,
+            agent_id=self.agent_id,
+            wait_s=wait_s,
+            on_wait=waiting,
+        ) as held:
+            yield held
+
     async def _measure(
         self,
         job: RunEvaluation,
@@ -238,9 +303,11 @@ class JobRunner:
         stands: Callable[[], Awaitable[str | None]],
         captured: dict[str, Any],
         attempt: int,
+        until: float | None = None,
     ) -> tuple[FailureStage, str] | None:
-        """Measure ``job`` and publish what was measured (as late, when ``stands`` says the
-        attempt no longer does); or the stage and reason it failed."""
+        """Measure ``job``, holding its device (waiting for it until ``until`` at most), and
+        publish what was measured (as late, when ``stands`` says the attempt no longer does);
+        or the stage and reason it failed."""
         unsupported = self._unsupported(job)
         if unsupported is not None:
             return "validation", unsupported
@@ -250,13 +317,16 @@ class JobRunner:
         except ArtifactError as exc:
             return "artifact", str(exc)
         try:
-            run: Run = await self._framework.call(
-                "services.workers.session:measure_job",
-                job,
-                str(path),
-                str(self._results_dir / str(job.evaluation_id)),
-                on_step=tell,
-            )
+            async with self._device(job, tell, until) as window:
+                run: Run = await self._framework.call(
+                    "services.workers.session:measure_job",
+                    job,
+                    str(path),
+                    str(self._results_dir / str(job.evaluation_id)),
+                    on_step=tell,
+                )
+        except DeviceBusy as exc:
+            return "timeout", str(exc)
         except ArtifactError as exc:  # the dataset's files
             return "artifact", str(exc)
         except DlscopeError as exc:  # the framework's error, or its process's death
@@ -269,7 +339,10 @@ class JobRunner:
             load_ns=run.load_ns,
             run=run.native,
             loadgen=run.loadgen,
-            conditions={k: captured[k] for k in CONDITIONS if k in captured},
+            conditions={
+                **{k: captured[k] for k in CONDITIONS if k in captured},
+                "concurrent": job.concurrent,
+            },
             layers=run.layers,
             trace_level=job.trace_level,
             tracing=tracing,
@@ -277,6 +350,8 @@ class JobRunner:
             fingerprint=run.fingerprint,
             experiment_id=job.experiment_id,
             attempt=attempt,
+            lease=window.record(),
+            machine=run.machine,
         )
         if (gone := await stands()) is not None:
             log.warning("the measurement of %s is late: %s", job.evaluation_id, gone)

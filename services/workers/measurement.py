@@ -1,8 +1,11 @@
 """The measurement session: what runs in the framework's own process for one job.
 
-load -> cold query, warm-up, timed queries -> accuracy (with a dataset) -> output
+load -> noise probe -> cold query, warm-up, timed queries (each timed loop between two
+snapshots of the machine) -> noise probe -> accuracy (with a dataset) -> output
 fingerprint -> the traced passes the job's trace level asks for (services.workers.profiling),
 after the timed queries and on the same inputs, so tracing never enters the headline
+
+The process's peak memory is reset as the job starts and read as it ends (it outlives jobs).
 
 Nothing here talks to the broker or to the event loop: the session runs on the child
 process's main thread (``services.workers.session``), alone, and hands back a ``Run``.
@@ -32,8 +35,11 @@ from shared.datasets import Dataset, load_dataset
 from shared.errors import DlscopeError, PredictorError
 from shared.manifests import ModelManifest
 from shared.measurement import ScenarioResult, check_sample_count, run_scenario
+from shared.measurement.cost import JobReadings, peak_memory, reset_peak_memory
 from shared.measurement.loadgen import LoadgenResult, run_loadgen
+from shared.measurement.noise import NoiseProbe, probe_ns
 from shared.measurement.progress import OnStep, Step, ignore_steps
+from shared.measurement.readings import MachineWatch
 from shared.messages import AccuracyMeasurement, LayerTiming, OutputFingerprint, RunEvaluation
 from shared.processing import postprocess
 
@@ -58,6 +64,7 @@ class Run:
     fingerprint: OutputFingerprint
     layers: list[LayerTiming] | None  # one query's, from the first profiled pass
     tracing: Tracing
+    machine: JobReadings | None = None  # the noise probe and the job's peak memory
 
 
 def measure(
@@ -74,6 +81,7 @@ def measure(
     The queries run on inputs built before timing starts, one batch per query size the
     scenario uses: the dataset's first samples, or seeded synthetic inputs. So a latency
     is the framework call on ready inputs and nothing else."""
+    mark = reset_peak_memory()
     on_step(Step("preparing the inputs"))
     scenario = job.scenario.measurement()
     dataset = None if job.dataset is None else load_dataset(job.dataset, job.split)
@@ -101,6 +109,8 @@ def measure(
             return predict(inputs)
 
         native = loadgen = None
+        watch = MachineWatch(gpu_index=0 if job.hardware == "gpu" else None)
+        before_ns = probe_ns()
         if job.scenario.driver == "loadgen":
             loadgen = run_loadgen(
                 scenario,
@@ -109,11 +119,18 @@ def measure(
                 sample_count=sample_count,
                 load_ns=load_ns,
                 on_step=on_step,
+                watch=watch,
             )
         else:
             native = run_scenario(
-                scenario, run_query, sample_count=sample_count, load_ns=load_ns, on_step=on_step
+                scenario,
+                run_query,
+                sample_count=sample_count,
+                load_ns=load_ns,
+                on_step=on_step,
+                watch=watch,
             )
+        noise = NoiseProbe(before_ns=before_ns, after_ns=probe_ns())
         accuracy = None
         if dataset is not None:
             on_step(Step("measuring accuracy"))
@@ -134,7 +151,10 @@ def measure(
             postprocess=lambda outputs: _postprocess(job.manifest, outputs),
             on_step=on_step,
         )
-        return Run(load_ns, native, loadgen, accuracy, fingerprint, tracing.one_query, tracing)
+        machine = JobReadings(noise=noise, peak_memory=peak_memory(mark))
+        return Run(
+            load_ns, native, loadgen, accuracy, fingerprint, tracing.one_query, tracing, machine
+        )
     except DlscopeError:
         raise
     except Exception as exc:  # the framework's own error types

@@ -2,7 +2,9 @@
 
 Three rooms, one concern each:
 - ``agent.Agent``: announce, heartbeat, answer discovery;
-- ``jobs.JobRunner``: a job's message -> started -> artifact -> measured or failed;
+- ``jobs.JobRunner``: a job's message -> started -> artifact -> the device's lease
+  (``leases.DeviceLeases``: one measurement per device of a host at a time) -> measured or
+  failed;
 - ``isolation.FrameworkProcess``: the framework itself, in a child process the worker
   supervises, where ``measurement.measure`` runs the session; its crash fails the job,
   never the worker.
@@ -13,8 +15,10 @@ from __future__ import annotations
 import logging
 
 from services.workers.agent import Agent, default_agent_id
+from services.workers.environment import host_name
 from services.workers.isolation import FrameworkProcess
 from services.workers.jobs import JobRunner
+from services.workers.leases import DeviceLeases
 from services.workers.predictors import not_installed
 from shared.artifacts import ArtifactCache
 from shared.messages import (
@@ -70,7 +74,10 @@ class WorkerService:
             agent_id=self.agent_id,
             results_dir=settings.home / "results",
             tracer=runtime.telemetry.tracer,
+            leases=DeviceLeases(settings.resolved_lease_dir, host=host_name()),
             rpc_timeout_s=settings.rpc_timeout_s,
+            evaluation_timeout_s=settings.evaluation_timeout_s,
+            visible_gpus=settings.cuda_visible_devices,
         )
         self._agent = Agent(
             self._bus,

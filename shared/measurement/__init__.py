@@ -12,6 +12,10 @@ validity verdicts and comparisons of the raw latencies they record.
     validity     VALID / INVALID with machine-readable reasons
     repetitions  run-to-run variation; is a difference between two evaluations significant
     contention   other busy processes, for the environment
+    window       what else used the machine during a timed window: two snapshots' arithmetic
+    readings     the snapshots themselves: /proc, /sys, NVML
+    noise        the noise probe, timed before the warm-up and after the timed queries
+    cost         CPU s/query, peak memory, energy/query: what a result cost
     loadgen      the same scenarios through MLCommons LoadGen
 """
 

@@ -2,7 +2,8 @@
 
 A driver runs on the caller's thread, which must not be shared with other work (the
 server scenario's threaded issuer adds a thread of its own). Every run measures the
-harness's own overhead beside the latencies.
+harness's own overhead beside the latencies and, given a ``watch``, what else used the
+machine during each timed loop (``window``: a snapshot just before, one just after).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from shared.measurement.scenarios import (
 from shared.measurement.server import run_server
 from shared.measurement.statistics import bootstrap_quantile, min_queries_for_percentile
 from shared.measurement.warmup import warm_up
+from shared.measurement.window import WindowWatch
 
 __all__ = ["run_scenario"]
 
@@ -58,10 +60,13 @@ def run_scenario(
     sample_count: int = 1,
     load_ns: int | None = None,
     on_step: OnStep = ignore_steps,
+    watch: WindowWatch | None = None,
 ) -> ScenarioResult:
     """Run ``scenario`` against ``run_query`` over a dataset of ``sample_count`` samples.
     ``load_ns`` is the model's load time as the caller measured it, kept with the result;
-    ``on_step`` is told as each warm-up and timed phase begins."""
+    ``on_step`` is told as each warm-up and timed phase begins; ``watch``, when given, is
+    called just before each timed loop and what it returns just after, and the phase keeps
+    the window it makes (what else used the machine meanwhile)."""
     check_sample_count(scenario, sample_count)
     floor_ns = null_query_floor_ns()
     phases: list[TimedPhase]
@@ -69,15 +74,17 @@ def run_scenario(
         samples = SampleOrder(sample_count, scenario.samples_per_query, scenario.seed)
         phases = [
             _closed_loop_phase(
-                scenario, run_query, samples, floor_ns, scenario.samples_per_query, on_step
+                scenario, run_query, samples, floor_ns, scenario.samples_per_query, on_step, watch
             )
         ]
     elif isinstance(scenario, Server):
         samples = SampleOrder(sample_count, 1, scenario.seed)
-        phases = [run_server(scenario, run_query, samples.next, floor_ns, on_step=on_step)]
+        phases = [
+            run_server(scenario, run_query, samples.next, floor_ns, on_step=on_step, watch=watch)
+        ]
     elif isinstance(scenario, Offline):
         samples = SampleOrder(sample_count, scenario.batch_size, scenario.seed)
-        phases = [_offline_phase(scenario, run_query, samples, floor_ns, on_step)]
+        phases = [_offline_phase(scenario, run_query, samples, floor_ns, on_step, watch)]
     else:
         sizes = scenario.batch_sizes
         phases = [
@@ -88,6 +95,7 @@ def run_scenario(
                 floor_ns,
                 batch_size,
                 on_step,
+                watch,
                 sweep_label(batch_size, number, len(sizes)),
             )
             for number, batch_size in enumerate(sizes, start=1)
@@ -104,6 +112,7 @@ def _closed_loop_phase(
     floor_ns: float,
     samples_per_query: int,
     on_step: OnStep,
+    watch: WindowWatch | None,
     label: str = "",
 ) -> TimedPhase:
     """Queries back to back: each issued when the previous one completes."""
@@ -120,6 +129,7 @@ def _closed_loop_phase(
     )
     # Adaptive stopping may go on past the minimums: the estimate is then a floor.
     on_step(timed_queries(scenario, label, expected_s))
+    end_window = watch() if watch is not None else None
     latencies, duration_ns, stopped_by = _timed_loop(
         run_query,
         samples,
@@ -130,6 +140,7 @@ def _closed_loop_phase(
         percentile=scenario.target_latency_percentile,
         seed=scenario.seed,
     )
+    window = end_window() if end_window is not None else None
     return TimedPhase(
         samples_per_query=samples_per_query,
         first_query_ns=first_ns,
@@ -138,6 +149,7 @@ def _closed_loop_phase(
         duration_ns=duration_ns,
         overhead=_loop_overhead(latencies, duration_ns, floor_ns),
         stopped_by=stopped_by,
+        window=window,
     )
 
 
@@ -190,7 +202,12 @@ def _narrow_enough(latencies: list[int], p: float, adaptive: AdaptiveStop, seed:
 
 
 def _offline_phase(
-    scenario: Offline, run_query: RunQuery, samples: SampleOrder, floor_ns: float, on_step: OnStep
+    scenario: Offline,
+    run_query: RunQuery,
+    samples: SampleOrder,
+    floor_ns: float,
+    on_step: OnStep,
+    watch: WindowWatch | None,
 ) -> TimedPhase:
     """All samples at once, run back to back in batches; sized from the warm-up's rate."""
     timed_query = timed(run_query, samples.next)
@@ -212,6 +229,7 @@ def _offline_phase(
     latencies: list[int] = []
     record = latencies.append
     stopped_by: StopReason = "all_samples"
+    end_window = watch() if watch is not None else None
     begin = clock()
     for _ in range(batches):
         query = next_query()
@@ -223,6 +241,7 @@ def _offline_phase(
             stopped_by = "max_duration"
             break
     duration_ns = clock() - begin
+    window = end_window() if end_window is not None else None
     return TimedPhase(
         samples_per_query=scenario.batch_size,
         first_query_ns=first_ns,
@@ -232,6 +251,7 @@ def _offline_phase(
         overhead=_loop_overhead(latencies, duration_ns, floor_ns),
         stopped_by=stopped_by,
         unfinished_queries=batches - len(latencies),
+        window=window,
     )
 
 

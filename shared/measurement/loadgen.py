@@ -43,6 +43,7 @@ from shared.measurement.scenarios import (
     check_sample_count,
 )
 from shared.measurement.warmup import WarmupReport, warm_up
+from shared.measurement.window import MachineWindow, WindowWatch
 
 __all__ = ["LoadgenPhase", "LoadgenResult", "parse_summary", "run_loadgen"]
 
@@ -58,6 +59,12 @@ class LoadgenPhase(BaseModel):
     first_query_ns: int
     warmup: WarmupReport
     summary: dict[str, Any] = Field(description="parse_summary of mlperf_log_summary.txt")
+    window: MachineWindow | None = Field(
+        default=None, description="what else used the machine while LoadGen ran the test"
+    )
+    framework_calls: int | None = Field(
+        default=None, description="framework calls the test made (dlscope's queries)"
+    )
 
     @property
     def valid(self) -> bool:
@@ -85,9 +92,11 @@ def run_loadgen(
     sample_count: int = 1,
     load_ns: int | None = None,
     on_step: OnStep = ignore_steps,
+    watch: WindowWatch | None = None,
 ) -> LoadgenResult:
     """Run ``scenario`` under LoadGen; its logs go to ``output_dir`` (one subdirectory per
-    batch size for a sweep). ``on_step`` is told as each warm-up and LoadGen run begins."""
+    batch size for a sweep). ``on_step`` is told as each warm-up and LoadGen run begins;
+    ``watch`` (see ``drivers.run_scenario``) brackets each LoadGen test."""
     check_sample_count(scenario, sample_count)
     if isinstance(scenario, BatchSweep):
         sizes = scenario.batch_sizes
@@ -99,6 +108,7 @@ def run_loadgen(
                 output_dir / f"batch-{size}",
                 size,
                 on_step,
+                watch,
                 sweep_label(size, number, len(sizes)),
             )
             for number, size in enumerate(sizes, start=1)
@@ -112,6 +122,7 @@ def run_loadgen(
                 output_dir,
                 scenario.samples_per_query,
                 on_step,
+                watch,
             ),
         )
     return LoadgenResult(
@@ -139,6 +150,7 @@ def _run_phase(
     output_dir: Path,
     samples_per_query: int,
     on_step: OnStep,
+    watch: WindowWatch | None,
     label: str = "",
 ) -> LoadgenPhase:
     lg = _loadgen()
@@ -164,9 +176,11 @@ def _run_phase(
     sut = lg.ConstructSUT(worker.issue, worker.flush)
     qsl = lg.ConstructQSL(sample_count, sample_count, _no_op, _no_op)
     worker.start()
+    end_window = watch() if watch is not None else None
     try:
         lg.StartTestWithLogSettings(sut, qsl, settings, log_settings, "")
     finally:
+        window = end_window() if end_window is not None else None
         worker.stop()
         lg.DestroyQSL(qsl)
         lg.DestroySUT(sut)
@@ -182,6 +196,8 @@ def _run_phase(
             if isinstance(scenario, Offline)
             else scenario.target_latency_percentile,
         ),
+        window=window,
+        framework_calls=worker.calls,
     )
 
 
@@ -252,6 +268,7 @@ class _Worker:
         self._pending: queue.SimpleQueue[list[Any] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name="dlscope-loadgen-sut")
         self._failure: BaseException | None = None
+        self.calls = 0
         # A closed loop issues the next query only once this one is complete, so it runs on
         # LoadGen's own issue thread: a hand-over to another thread and back costs a
         # wake-up each way (~100 µs a query here), which LoadGen would time as latency.
@@ -302,6 +319,7 @@ class _Worker:
         return [[sample] for sample in samples]
 
     def _run_group(self, group: list[Any]) -> None:
+        self.calls += 1
         if self._expand is not None:
             self._run(self._expand(group[0].index))
         else:

@@ -27,7 +27,9 @@ class _Frozen(BaseModel):
 
 
 class RepetitionSummary(_Frozen):
-    """The spread of N repeats of one evaluation: their medians and headline percentiles."""
+    """The spread of N repeats of one evaluation: their medians and headline percentiles,
+    and the run farthest from the others (``outlier_run``, from 1): the one to look at when
+    the spread is too wide."""
 
     count: int
     percentile: float
@@ -37,6 +39,8 @@ class RepetitionSummary(_Frozen):
     median_std_ns: float
     median_cv: float
     headline_cv: float
+    outlier_run: int
+    outlier_deviation: float
 
 
 def summarize_repetitions(
@@ -48,6 +52,7 @@ def summarize_repetitions(
         raise ValueError(f"run-to-run variation needs at least two runs, got {len(runs)}")
     medians = np.array([np.median(run) for run in runs], dtype=np.float64)
     headlines = np.array([np.quantile(run, percentile) for run in runs], dtype=np.float64)
+    outlier, deviation = _farthest(medians)
     return RepetitionSummary(
         count=len(runs),
         percentile=percentile,
@@ -57,7 +62,20 @@ def summarize_repetitions(
         median_std_ns=float(medians.std(ddof=1)),
         median_cv=_cv(medians),
         headline_cv=_cv(headlines),
+        outlier_run=outlier + 1,
+        outlier_deviation=deviation,
     )
+
+
+def _farthest(values: np.ndarray) -> tuple[int, float]:
+    """The index of the value farthest from the median of the others, and how far, relative
+    to that median: the others', so that one wild run does not hide behind itself."""
+    deviations = []
+    for index in range(values.size):
+        others = float(np.median(np.delete(values, index)))
+        deviations.append((values[index] - others) / others if others > 0 else 0.0)
+    farthest = int(np.argmax(np.abs(deviations)))
+    return farthest, float(deviations[farthest])
 
 
 def _cv(values: np.ndarray) -> float:

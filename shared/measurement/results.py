@@ -10,6 +10,7 @@ from shared.measurement.overhead import HarnessOverhead
 from shared.measurement.scenarios import Offline, ScenarioPlan, Server
 from shared.measurement.statistics import LatencyStatistics, summarize_latencies
 from shared.measurement.warmup import WarmupReport
+from shared.measurement.window import MachineWindow
 
 __all__ = ["ScenarioResult", "StopReason", "TimedPhase", "summarize_result"]
 
@@ -36,6 +37,9 @@ class TimedPhase(BaseModel):
     )
     unfinished_queries: int = Field(
         default=0, ge=0, description="queries scheduled but cut off by max_duration_s"
+    )
+    window: MachineWindow | None = Field(
+        default=None, description="what else used the machine while the phase was timed"
     )
 
 

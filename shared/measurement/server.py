@@ -37,6 +37,7 @@ from shared.measurement.queries import RunQuery, timed
 from shared.measurement.results import TimedPhase
 from shared.measurement.scenarios import Server
 from shared.measurement.warmup import warm_up
+from shared.measurement.window import WindowWatch
 
 __all__ = ["poisson_arrivals_ns", "run_server"]
 
@@ -70,6 +71,7 @@ def run_server(
     floor_ns: float,
     *,
     on_step: OnStep = ignore_steps,
+    watch: WindowWatch | None = None,
 ) -> TimedPhase:
     clock = time.perf_counter_ns
     timed_query = timed(run_query, next_samples)
@@ -87,6 +89,7 @@ def run_server(
     # The schedule fixes the duration: the last arrival, plus the queries still waiting.
     last_s = float(arrivals[-1]) / 1e9 if len(arrivals) else 0.0
     on_step(timed_queries(scenario, "", min(last_s, scenario.max_duration_s)))
+    end_window = watch() if watch is not None else None
     origin = clock() + _LEAD_NS
     log = _Log(
         (arrivals + origin).tolist(), deadline_ns=origin + int(scenario.max_duration_s * 1e9)
@@ -95,6 +98,7 @@ def run_server(
         _run_with_issuing_thread(log, run_query, next_samples)
     else:
         _run_inline(log, run_query, next_samples)
+    window = end_window() if end_window is not None else None
 
     done = log.done
     return TimedPhase(
@@ -113,6 +117,7 @@ def run_server(
         stopped_by="max_duration" if done < len(log.scheduled) else "schedule",
         issue_delays_ns=tuple(log.issued[i] - log.scheduled[i] for i in range(done)),
         unfinished_queries=len(log.scheduled) - done,
+        window=window,
     )
 
 

@@ -3,8 +3,13 @@
 Errors break the scenario's run rules (MLPerf's, where it has them): too few queries, too
 short, a server latency bound missed, a load generator that did not apply the requested
 load, queries left unfinished, a query that stalled (the process was stopped mid-query: it
-timed the stall, not the model). Any error makes the run INVALID. Warnings question the
-conditions (a CPU governor that scales frequency, other busy processes, a warm-up that never
+timed the stall, not the model); or conditions measured to be unfair: other processes,
+hypervisor steal, thermal throttling or other GPU processes during a timed window (two
+snapshots around each timed loop: ``window``), or a noise probe that ran at half the speed
+or less after the timed queries than before the warm-up, or the other way round (``noise``:
+a smaller shift is a warning). Any error makes the run INVALID. Warnings question the
+conditions (a CPU governor that scales frequency, other processes busy as the run started
+(a look back over the seconds before it, not a measurement of the window), a warm-up that never
 settled, high run-to-run variation, a harness that costs a noticeable part of each latency):
 the run stays VALID, and the reader decides.
 """
@@ -17,10 +22,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.measurement.noise import NoiseProbe
 from shared.measurement.repetitions import RepetitionSummary
 from shared.measurement.results import ScenarioResult, TimedPhase, summarize_result
 from shared.measurement.scenarios import BatchSweep, Offline, Server
 from shared.measurement.statistics import LatencyStatistics
+from shared.measurement.window import MachineWindow
 
 __all__ = ["Reason", "ReasonCode", "Severity", "ValidityThresholds", "Verdict", "judge"]
 
@@ -38,6 +45,12 @@ class ReasonCode(StrEnum):
     OTHER_HEAVY_PROCESSES = "other_heavy_processes"
     WARMUP_NOT_STEADY = "warmup_not_steady"
     HIGH_HARNESS_OVERHEAD = "high_harness_overhead"
+    OTHER_PROCESSES_USED_CPU = "other_processes_used_cpu"
+    CPU_STEAL = "cpu_steal"
+    CPU_THROTTLED = "cpu_throttled"
+    OTHER_GPU_PROCESSES = "other_gpu_processes"
+    NOISE_PROBE_SHIFTED = "noise_probe_shifted"
+    MEASURED_UNDER_CONTENTION = "measured_under_contention"
 
 
 class Severity(StrEnum):
@@ -88,7 +101,9 @@ class ValidityThresholds(_Frozen):
         description="most late queries allowed; default 1 - the target percentile, so late "
         "queries alone cannot decide the headline percentile",
     )
-    max_repetition_cv: float = Field(default=0.05, gt=0, description="of the repeats' medians")
+    max_repetition_cv: float = Field(
+        default=0.03, gt=0, description="of the repeats' medians (dlscope run --max-spread)"
+    )
     max_overhead_share: float = Field(
         default=0.05, gt=0, description="harness time per query, as a share of the median"
     )
@@ -103,6 +118,29 @@ class ValidityThresholds(_Frozen):
     stall_factor: float = Field(
         default=100.0, gt=1, description="and longer than this many times the median"
     )
+    # Interference measured in a timed window. Calibrated on a 2-core KVM guest (python -m
+    # bench interference): 40 quiet windows showed other processes at 0.01-0.08 cores (the
+    # worker's own event loop, the broker) and steal at 0-0.2 %; with one busy loop per CPU
+    # started a second into 3 s windows, 0.67-0.70 cores. Where the window is short,
+    # /proc/stat's ticks (two per CPU) are allowed for before the share is judged.
+    max_other_cpu_share: float = Field(
+        default=0.1,
+        gt=0,
+        description="other processes' CPU time in a timed window, per CPU the measurement "
+        "may run on (0.1: 0.2 cores of 2)",
+    )
+    max_steal_share: float = Field(
+        default=0.05, gt=0, description="of the CPUs' time, taken by the hypervisor"
+    )
+    # The probe itself moves by up to a fifth between two readings seconds apart on a quiet
+    # shared VM (its host's other tenants, its clock): beyond a quarter it is said, beyond a
+    # half (a throttled or halved machine) the run is not VALID.
+    noise_shift_warning: float = Field(
+        default=0.25, gt=0, description="noise probe, slower of the two over the faster, - 1"
+    )
+    max_noise_shift: float = Field(
+        default=0.5, gt=0, description="noise probe shift beyond which the run is INVALID"
+    )
 
 
 def judge(
@@ -112,10 +150,12 @@ def judge(
     environment: Mapping[str, Any] | None = None,
     repetitions: RepetitionSummary | None = None,
     thresholds: ValidityThresholds | None = None,
+    noise: NoiseProbe | None = None,
 ) -> Verdict:
     """The verdict on one run. ``statistics`` are ``summarize_result(result)`` (computed when
     not given); ``environment`` is the one captured at the run's start (``cpu_governor``,
-    ``heavy_processes``, ``load_average``, ``cpu_threads`` are read when present)."""
+    ``heavy_processes``, ``load_average``, ``cpu_threads`` are read when present); each
+    phase's ``window`` and the job's ``noise`` probe are judged when present."""
     limits = thresholds or ValidityThresholds()
     stats = statistics if statistics is not None else summarize_result(result)
     reasons = [
@@ -130,11 +170,15 @@ def judge(
                 severity=Severity.WARNING,
                 message=f"the medians of {repetitions.count} repeats vary by "
                 f"{repetitions.median_cv:.1%} (coefficient of variation), above "
-                f"{limits.max_repetition_cv:.1%}",
+                f"{limits.max_repetition_cv:.1%}; the farthest is run "
+                f"{repetitions.outlier_run} ({repetitions.outlier_deviation:+.1%} from the "
+                "others' median)",
                 measured=repetitions.median_cv,
                 limit=limits.max_repetition_cv,
             )
         )
+    if noise is not None and (reason := _noise_reason(noise, limits)) is not None:
+        reasons.append(reason)
     reasons.extend(_environment_reasons(environment or {}, limits))
     invalid = any(r.severity is Severity.ERROR for r in reasons)
     return Verdict(status="INVALID" if invalid else "VALID", reasons=tuple(reasons))
@@ -227,6 +271,9 @@ def _phase_reasons(
             measured=max(stalled) / 1e9,
             limit=limit_ns / 1e9,
         )
+    if phase.window is not None:
+        for code, message, measured, limit in _interference(phase.window, limits):
+            yield reason(code, Severity.ERROR, message, measured=measured, limit=limit)
     if isinstance(scenario, Server):
         yield from _server_reasons(scenario, phase, stats, limits)
     warmup = phase.warmup
@@ -260,6 +307,76 @@ def _stall(
     limit_ns = max(limits.stall_min_s * 1e9, limits.stall_factor * stats.median.value_ns)
     stalled = [latency for latency in phase.latencies_ns if latency > limit_ns]
     return (stalled, limit_ns) if stalled else None
+
+
+def _interference(
+    window: MachineWindow, limits: ValidityThresholds
+) -> Iterator[tuple[ReasonCode, str, float, float]]:
+    """What else used the machine during a timed window, past the limits: code, message,
+    measured and limit."""
+    cores = window.other_cores
+    if cores is not None:
+        allowed = limits.max_other_cpu_share * window.cpus
+        margin = window.other_cores_resolution or 0.0
+        if cores - margin > allowed:
+            yield (
+                ReasonCode.OTHER_PROCESSES_USED_CPU,
+                f"other processes used {cores:.2f} of {window.cpus} cores during the timed "
+                f"window ({cores / window.cpus:.0%} of their time; at most "
+                f"{limits.max_other_cpu_share:.0%} allowed)",
+                round(cores, 3),
+                allowed,
+            )
+    steal = window.steal_share
+    # Steal is counted in the same ticks: the same margin, as a share of the CPUs' time.
+    steal_margin = (window.other_cores_resolution or 0.0) / window.cpus
+    if steal is not None and steal - steal_margin > limits.max_steal_share:
+        yield (
+            ReasonCode.CPU_STEAL,
+            f"steal {steal:.0%}: the hypervisor gave {steal:.0%} of these CPUs' time to other "
+            f"guests during the timed window (at most {limits.max_steal_share:.0%} allowed)",
+            round(steal, 4),
+            limits.max_steal_share,
+        )
+    if window.throttle_events:
+        yield (
+            ReasonCode.CPU_THROTTLED,
+            f"the CPU was thermally throttled {window.throttle_events} times during the timed "
+            "window",
+            window.throttle_events,
+            0,
+        )
+    if window.gpu_processes:
+        pids = ", ".join(str(pid) for pid in window.gpu_processes[:5])
+        yield (
+            ReasonCode.OTHER_GPU_PROCESSES,
+            f"{len(window.gpu_processes)} other processes used the GPU during the timed window "
+            f"(pid {pids})",
+            len(window.gpu_processes),
+            0,
+        )
+
+
+def _noise_reason(noise: NoiseProbe, limits: ValidityThresholds) -> Reason | None:
+    """Past ``max_noise_shift`` either way (the slower of the two probes over the faster),
+    an error; past ``noise_shift_warning``, a warning."""
+    spread = max(noise.after_ns, noise.before_ns) / min(noise.after_ns, noise.before_ns) - 1
+    if spread > limits.max_noise_shift:
+        severity, limit = Severity.ERROR, limits.max_noise_shift
+    elif spread > limits.noise_shift_warning:
+        severity, limit = Severity.WARNING, limits.noise_shift_warning
+    else:
+        return None
+    return Reason(
+        code=ReasonCode.NOISE_PROBE_SHIFTED,
+        severity=severity,
+        message=f"the noise probe took {noise.after_ns / 1e6:.3f} ms after the timed queries "
+        f"and {noise.before_ns / 1e6:.3f} ms before the warm-up ({noise.shift:+.0%}; "
+        f"{'at most' if severity is Severity.ERROR else 'a warning beyond'} ±{limit:.0%}): "
+        "the machine ran at another speed by the end of the run",
+        measured=round(spread, 4),
+        limit=limit,
+    )
 
 
 def _server_reasons(
@@ -300,6 +417,13 @@ def _server_reasons(
 def _environment_reasons(
     environment: Mapping[str, Any], limits: ValidityThresholds
 ) -> Iterator[Reason]:
+    if environment.get("concurrent"):  # asked for: a contention study
+        yield Reason(
+            code=ReasonCode.MEASURED_UNDER_CONTENTION,
+            severity=Severity.WARNING,
+            message="measured with concurrent: no device lease was held, so other "
+            "measurements (an experiment's other members) may have shared the device",
+        )
     governor = environment.get("cpu_governor")
     if governor is not None and governor != "performance":
         yield Reason(
@@ -313,7 +437,9 @@ def _environment_reasons(
         if heavy:
             names = ", ".join(
                 f"{p.get('name', '?')} (pid {p.get('pid', '?')}, "
-                f"{p.get('cpu_percent', 0):.0f}% CPU)"
+                f"{p.get('cpu_percent', 0):.0f}% CPU"
+                + (", dlscope's: another measurement" if p.get("dlscope") else "")
+                + ")"
                 for p in heavy
             )
             yield Reason(

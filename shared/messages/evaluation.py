@@ -15,14 +15,16 @@ evaluation id as ``correlation_id``.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared.errors import InvalidMessage
-from shared.inputs import BOUNDED, MAX_NAME, Reason
+from shared.inputs import BOUNDED, MAX_NAME, Name, Reason
 from shared.manifests import DatasetManifest, FrameworkName, Hardware, ModelManifest
 from shared.measurement import LatencyStatistics, ScenarioResult, Verdict
+from shared.measurement.cost import JobReadings, MachineReport
 from shared.measurement.loadgen import LoadgenResult
 from shared.messages.envelope import Envelope, Payload
 from shared.messages.fingerprint import OutputFingerprint
@@ -34,6 +36,7 @@ __all__ = [
     "FRAMEWORKS",
     "HARDWARE",
     "AccuracyMeasurement",
+    "DeviceLease",
     "EvaluationCompleted",
     "EvaluationFailed",
     "EvaluationMeasured",
@@ -104,6 +107,11 @@ class EvaluationRequested(Payload):
     trace_queries: int = Field(
         default=DEFAULT_TRACE_QUERIES, ge=1, le=100, description="queries each traced pass runs"
     )
+    concurrent: bool = Field(
+        default=False,
+        description="measure without the device lease, beside whatever else runs on the "
+        "device (a contention study); the result is labelled measured_under_contention",
+    )
 
 
 class EvaluationScheduled(Payload):
@@ -135,6 +143,7 @@ class RunEvaluation(Payload):
     experiment_id: uuid.UUID | None = None
     trace_level: TraceLevel = DEFAULT_TRACE_LEVEL
     trace_queries: int = Field(default=DEFAULT_TRACE_QUERIES, ge=1, le=100)
+    concurrent: bool = Field(default=False, description="run without the device lease")
 
 
 def attempt_key(attempt: int) -> str | None:
@@ -174,7 +183,8 @@ class EvaluationMeasured(Payload):
     conditions: dict[str, Any] = Field(
         default_factory=dict,
         description="what the validity verdict reads from the environment at the start: "
-        "cpu_governor, load_average, cpu_threads, heavy_processes",
+        "cpu_governor, load_average, cpu_threads, heavy_processes; and concurrent (true: "
+        "measured without the device lease, under contention)",
     )
     layers: list[LayerTiming] | None = Field(
         default=None,
@@ -192,12 +202,43 @@ class EvaluationMeasured(Payload):
     )
     experiment_id: uuid.UUID | None = None
     attempt: int = Field(default=1, ge=1, description="the attempt that measured this")
+    machine: JobReadings | None = Field(
+        default=None,
+        description="the noise probe before the warm-up and after the timed queries, and "
+        "the framework process's peak memory over the job (each timed phase's window of "
+        "what else used the machine is in its phase: run.phases[i].window)",
+    )
+    lease: DeviceLease | None = Field(
+        default=None,
+        description="the device the measurement held and when (None from a worker that "
+        "predates device leases)",
+    )
 
     @model_validator(mode="after")
     def _one_run(self) -> Self:
         if (self.run is None) == (self.loadgen is None):
             raise ValueError("a measurement carries exactly one of run (native) or loadgen")
         return self
+
+
+class DeviceLease(BaseModel):
+    """The device a measurement held, alone, from loading the model to its last traced pass
+    (``services.workers.leases``); with ``concurrent`` none is held, and the window is the
+    measurement's own, beside whatever else ran."""
+
+    model_config = BOUNDED
+
+    device: Name = Field(description="cpu0-1, gpu0, opencl-<platform>-<device>")
+    locks: list[Name] = Field(
+        max_length=4096, description="what is locked: each CPU core (cpu0, cpu1), or the device"
+    )
+    host: Name
+    held: bool = Field(description="false: measured with concurrent, no lease taken")
+    acquired_at: datetime = Field(description="wall clock: the lease taken (or the call begun)")
+    released_at: datetime = Field(
+        description="wall clock: the lease given back (or the call ended)"
+    )
+    waited_s: float = Field(ge=0, description="how long the job waited for the device")
 
 
 class AccuracyMeasurement(BaseModel):
@@ -251,6 +292,11 @@ class LatencySummary(BaseModel):
     tracing: list[LevelOutcome] = Field(
         default_factory=list,
         description="each trace level asked for: captured or why not, and what it cost",
+    )
+    machine: MachineReport | None = Field(
+        default=None,
+        description="what the run cost (CPU s/query, peak memory, energy/query) and what "
+        "else used the machine during each timed window",
     )
 
 

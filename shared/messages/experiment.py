@@ -26,6 +26,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from shared.inputs import BOUNDED, MAX_NAME, Reason
 from shared.manifests import parse_constraint
+from shared.measurement import Verdict
+from shared.measurement.cost import RunCost
 from shared.messages.envelope import Payload
 from shared.messages.evaluation import AccuracyMeasurement, Framework, Hardware, Scenario
 
@@ -121,6 +123,12 @@ class ExperimentRequested(Payload):
         description="compare what has finished this long after scheduling; "
         "default DLSCOPE_EVALUATION_TIMEOUT_S",
     )
+    concurrent: bool = Field(
+        default=False,
+        description="run the members together, without device leases (a contention study): "
+        "each result is labelled measured_under_contention. By default members that share "
+        "a device are measured one at a time",
+    )
     requested_by: str | None = Field(default=None, max_length=MAX_NAME)
 
     _versions = field_validator("framework_version", "dataset_version")(_constraint)
@@ -199,6 +207,12 @@ class MemberResult(_Frozen):
     latency: ComparedLatency | None = None
     accuracy: AccuracyMeasurement | None = None
     error: Reason | None = Field(default=None, description="'<stage>: <reason>' unless completed")
+    verdict: Verdict | None = Field(
+        default=None, description="the member's own verdict (None with LoadGen's driver)"
+    )
+    cost: RunCost | None = Field(
+        default=None, description="CPU s/query, peak memory, energy/query, where measured"
+    )
 
 
 class PairParity(_Frozen):

@@ -6,6 +6,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -137,12 +138,39 @@ def test_the_server_scenario_runs_from_the_command_line_with_its_verdict(tmp_pat
     assert "latency_bound_missed" in {reason["code"] for reason in verdict["reasons"]}
 
 
+def test_run_says_what_a_query_cost_and_what_else_used_the_machine(tmp_path: Path) -> None:
+    result = dlscope(
+        tmp_path, "run", "squeezenet", "-n", "64", "--json", str(tmp_path / "result.json")
+    )
+    assert result.returncode == 0, result.stderr
+    shown = " ".join(result.stdout.split())
+    for label in ("CPU per query", "peak memory", "energy per query", "other processes"):
+        assert label in shown
+    assert "noise probe" in shown
+
+    document = json.loads((tmp_path / "result.json").read_text())
+    cost = document["evaluation"]["result"]["machine"]["cost"]
+    assert cost["cpu_s_per_query"] > 0
+    assert cost["peak_memory"]["bytes"] > 0
+    # The measured event keeps the raw readings: the window (with its wall-clock times) in
+    # its phase, the noise probe and the peak memory beside the run.
+    measured = document["events"][3]["payload"]
+    window = measured["run"]["phases"][0]["window"]
+    assert 0 < window["started_at_ns"] < window["ended_at_ns"]
+    assert measured["machine"]["noise"]["after_ns"] > 0
+    assert measured["machine"]["peak_memory"]["scope"] == "job"
+
+
 def test_repeats_run_in_fresh_processes_and_two_results_compare(tmp_path: Path) -> None:
     quick = ("-n", "64", "--min-duration", "0", "--warmup", "0")
-    repeated = dlscope(tmp_path, "run", "squeezenet", *quick, "--repeat", "2")
+    # With no spread allowed, any two real runs are flagged, and the farther one is named.
+    repeated = dlscope(tmp_path, "run", "squeezenet", *quick, "--repeat", "2", "--max-spread", "0")
     assert repeated.returncode == 0, repeated.stderr
-    assert "2 runs of `dlscope run squeezenet" in " ".join(repeated.stdout.split())
-    assert "coefficient of variation" in repeated.stdout
+    said = " ".join(repeated.stdout.split())
+    assert "2 runs of `dlscope run squeezenet" in said
+    assert "coefficient of variation" in said
+    assert "high run-to-run variation: the spread is above 0.0% (--max-spread)" in said
+    assert re.search(r"run [12] is the farthest from the others \([+-]\d", said)
 
     for name in ("a", "b"):
         run = dlscope(

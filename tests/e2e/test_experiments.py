@@ -183,6 +183,13 @@ def test_run_all_frameworks_embedded_prints_one_comparison_and_writes_it(tmp_pat
     assert frameworks | set(document["not_installed"]) >= set(FRAMEWORKS)
     assert comparison["parity_ok"] is True
     assert {e["status"] for e in document["evaluations"]} == {"completed"}
+    # What each member cost, in the table and in the comparison.
+    assert "CPU ms/query" in shown
+    assert "peak MiB" in shown
+    for member in comparison["evaluations"]:
+        assert member["cost"]["cpu_s_per_query"] > 0
+        assert member["cost"]["peak_memory"]["bytes"] > 0
+        assert member["verdict"]["status"] in ("VALID", "INVALID")
     assert {e["request"]["experiment_id"] for e in document["evaluations"]} == {
         document["experiment"]["experiment_id"]
     }

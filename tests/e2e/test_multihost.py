@@ -13,6 +13,7 @@ import shutil
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from typing import Any
 
 import aio_pika
@@ -177,6 +178,36 @@ async def test_one_experiment_fans_out_to_every_host_and_compares_them(
         line = next(row for row in table.decode().splitlines() if host.name in row)
         assert "onnxruntime" in line
         assert "online" in line
+
+
+async def test_hosts_measure_in_parallel_each_holding_its_own_device(
+    running: Fleet, http: httpx.AsyncClient
+) -> None:
+    # A device lease is a host's: the hosts (which share this machine's /tmp, under host
+    # names of their own) do not wait for each other, so their timed windows overlap.
+    experiment_id = await request_experiment(
+        http, {"iterations": 40, "min_duration_s": 2, "max_duration_s": 10, "warmup": 2}
+    )
+    compared = await experiment(http, experiment_id, "compared", "failed")
+    assert compared["status"] == "compared", compared
+    leases = {}
+    for member in compared["members"]:
+        (measured,) = [
+            e["payload"]
+            for e in await events(http, member["evaluation_id"])
+            if e["type"] == "evaluation.measured"
+        ]
+        leases[member["host"]] = measured["lease"]
+    assert set(leases) == {h.name for h in running.hosts.hosts}
+    for host, lease in leases.items():
+        assert (lease["host"], lease["held"]) == (host, True)
+        assert lease["device"].startswith("cpu")
+    windows = [
+        (datetime.fromisoformat(lease["acquired_at"]), datetime.fromisoformat(lease["released_at"]))
+        for lease in leases.values()
+    ]
+    # One instant when every host held its device at once.
+    assert max(start for start, _ in windows) < min(end for _, end in windows), leases
 
 
 async def test_a_host_cut_off_mid_job_fails_its_member_and_the_rest_is_compared(

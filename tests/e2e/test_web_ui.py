@@ -146,6 +146,10 @@ async def test_launch_follow_and_read_an_experiment_and_an_evaluation(
     assert await matrix.count() == len(FRAMEWORKS)
     assert await page.locator("#parity-matrix").get_by_text("✓ within").count() == 12
     assert await page.get_by_text("parity ok").count() == 1
+    # What each member cost, beside its latency.
+    header = await page.locator("#comparison thead").inner_text()
+    assert "CPU per query" in header
+    assert "peak memory" in header
     await shot(page, "experiment")
 
     # One of its members, through its link in the comparison.
@@ -182,6 +186,14 @@ async def test_launch_follow_and_read_an_experiment_and_an_evaluation(
     assert "too_few_queries" in text or "headline_is_bound" in text
     assert "Run more iterations" in text or "Run longer" in text
     assert await page.get_by_text("INVALID").count() >= 1
+    # What it cost, beside the headline: CPU time per query and the peak memory.
+    figures = page.locator("ul.kpis")
+    cpu = figures.locator("li", has_text="CPU per query")
+    assert re.search(r"\d ms", await cpu.locator(".value").inner_text())
+    peak = figures.locator("li", has_text="peak memory")
+    assert re.search(r"\d+(\.\d+)? MiB", await peak.locator(".value").inner_text())
+    assert await page.get_by_role("heading", name="Cost, and the machine while timed").count() == 1
+    assert await page.get_by_text("other processes", exact=True).count() == 1
     evaluation_url = page.url
     await shot(page, "evaluation")
 

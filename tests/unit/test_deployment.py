@@ -183,10 +183,13 @@ def test_compose_runs_the_control_plane_and_one_worker_image_per_framework() -> 
             assert build["args"]["FRAMEWORK"] == framework, name
             assert framework in EXTRAS, framework
             assert service["image"] == f"dlscope-worker-{framework}:latest"
-            # Its artifact cache outlives the container, in DLSCOPE_HOME.
-            [volume] = service["volumes"]
-            assert volume.endswith(":" + env_of("base")["DLSCOPE_HOME"])
-            assert volume.split(":")[0] in COMPOSE["volumes"]
+            # Its artifact cache outlives the container, in DLSCOPE_HOME; the device leases
+            # are in a volume every worker of the host mounts, where DLSCOPE_LEASE_DIR says.
+            cache, leases = service["volumes"]
+            assert cache.endswith(":" + env_of("base")["DLSCOPE_HOME"])
+            assert cache.split(":")[0] in COMPOSE["volumes"]
+            assert leases == f"device-leases:{service['environment']['DLSCOPE_LEASE_DIR']}"
+            assert "device-leases" in COMPOSE["volumes"]
         else:
             assert build["target"] == "control-plane", name
             assert service["image"] == "dlscope:latest"

@@ -4,6 +4,7 @@ of every evaluation, which is read at the evaluation's start and so must stay ch
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from services.workers import environment as env
@@ -212,3 +214,48 @@ def test_reading_the_environment_takes_under_50_ms() -> None:
         times.append(time.perf_counter() - start)
     # The best of five: the machine is shared, and one reading may wait for a CPU.
     assert min(times) < 0.05
+
+
+# Busy until told (SIGUSR1), then idle: a framework process whose job has ended.
+SPIN_UNTIL_TOLD = (
+    "import signal, time\n"
+    "told = []\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: told.append(1))\n"
+    "while not told: pass\n"
+    "time.sleep(60)\n"
+)
+
+
+def idle(process: subprocess.Popen[bytes]) -> bool:
+    return bool(psutil.Process(process.pid).status() == psutil.STATUS_SLEEPING)
+
+
+def test_a_framework_process_measuring_now_is_named_and_one_idle_now_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Another worker's framework process, measuring: it competes like any other program.
+    # This worker's own, busy earlier in the window (its previous job) and idle now: not.
+    monkeypatch.setattr(env, "HEAVY_CPU_PERCENT", 10.0)
+    monkeypatch.setattr(env, "_HEAVY_LISTED", 100)  # the machine may be shared: list them all
+    measuring = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    finished = subprocess.Popen([sys.executable, "-c", SPIN_UNTIL_TOLD])
+    stranger = subprocess.Popen([sys.executable, "-c", SPIN_UNTIL_TOLD])
+    try:
+        time.sleep(0.3)  # each has installed its handler and spins
+        environment(ONNXRUNTIME, seed=0)  # opens the window
+        time.sleep(1.0)
+        for process in (finished, stranger):
+            process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while not (idle(finished) and idle(stranger)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        described = environment(ONNXRUNTIME, seed=0, ours={measuring.pid, finished.pid})
+    finally:
+        for process in (measuring, finished, stranger):
+            process.kill()
+            process.wait()
+    busy = {p["pid"]: p for p in described["heavy_processes"]}
+    assert busy[measuring.pid]["dlscope"].startswith("a dlscope framework process")
+    assert finished.pid not in busy
+    assert stranger.pid in busy  # busy in the window too, and not ours: named
+    assert "dlscope" not in busy[stranger.pid]

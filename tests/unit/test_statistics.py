@@ -118,6 +118,16 @@ def test_repeats_summarise_their_spread() -> None:
         summarize_repetitions(runs[:1])
 
 
+def test_the_repeat_farthest_from_the_others_is_named() -> None:
+    rng = np.random.default_rng(9)
+    runs = [rng.normal(1e6 * scale, 1e3, 2000) for scale in (1.0, 1.01, 0.99, 1.3, 1.0)]
+    summary = summarize_repetitions(runs)
+    assert summary.outlier_run == 4  # from 1, as the CLI numbers them
+    assert summary.outlier_deviation == pytest.approx(0.3, abs=0.01)
+    quiet = summarize_repetitions([rng.normal(1e6, 1e3, 2000) for _ in range(4)])
+    assert abs(quiet.outlier_deviation) < 0.01
+
+
 def test_the_same_distribution_twice_is_not_a_significant_difference() -> None:
     rng = np.random.default_rng(8)
     result = compare(rng.lognormal(14, 0.3, 3000), rng.lognormal(14, 0.3, 3000))

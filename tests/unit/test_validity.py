@@ -250,6 +250,7 @@ def test_repeats_that_disagree_are_flagged_as_high_run_to_run_variation() -> Non
     flagged = judge(run, repetitions=spread)
     assert flagged.codes == {ReasonCode.HIGH_RUN_TO_RUN_VARIATION}
     assert flagged.warnings[0].measured == pytest.approx(spread.median_cv)
+    assert "the farthest is run 2 (+" in flagged.warnings[0].message
     assert judge(run, repetitions=close).reasons == ()
 
 

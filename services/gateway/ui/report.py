@@ -17,6 +17,7 @@ from typing import Any, Literal
 from services.gateway.ui.documents import EvaluationDocument, ExperimentDocument, ReportDocument
 from services.gateway.ui.escaping import markdown_text as _md
 from services.gateway.ui.escaping import spreadsheet_cell
+from services.gateway.ui.machine import cost_columns, cpu_text, memory_text
 from services.gateway.ui.rendering import NONE, render, stylesheet, svg_chart
 from services.gateway.ui.views import (
     EXPLANATIONS,
@@ -107,6 +108,17 @@ COLUMNS = (
     "top5",
     "verdict",
     "verdict_reasons",
+    "cpu_s_per_query",
+    "peak_memory_bytes",
+    "peak_memory_scope",
+    "energy_j_per_query",
+    "energy_note",
+    "other_cores",
+    "cpus",
+    "steal_share",
+    "noise_probe_shift",
+    "window_started_at",
+    "window_ended_at",
     "parity_vs_reference",
     "parity_max_rel_error",
     "parity_top1_agreement",
@@ -201,6 +213,7 @@ def _csv_row(
         "verdict_reasons": ""
         if summary.verdict is None
         else "; ".join(r.code for r in summary.verdict.reasons),
+        **cost_columns(summary),
     }
 
 
@@ -287,6 +300,12 @@ def _experiment_markdown(experiment: ExperimentDocument) -> list[str]:
                 if throughput is None
                 else _estimate(throughput.value, throughput.low, throughput.high),
                 NONE
+                if summary is None or summary.machine is None
+                else cpu_text(summary.machine.cost),
+                NONE
+                if summary is None or summary.machine is None
+                else memory_text(summary.machine.cost, short=True),
+                NONE
                 if summary is None or summary.accuracy is None
                 else f"{summary.accuracy.top1:.2%}",
                 NONE if summary is None or summary.verdict is None else summary.verdict.status,
@@ -304,6 +323,8 @@ def _experiment_markdown(experiment: ExperimentDocument) -> list[str]:
                 "status",
                 "headline ms (95% CI)",
                 "samples/s (95% CI)",
+                "CPU per query",
+                "peak memory",
                 "top-1",
                 "verdict",
                 "error",
@@ -378,6 +399,16 @@ def _evaluation_markdown(document: EvaluationDocument, *, level: int) -> list[st
             )
         if not summary.verdict.reasons:
             lines.append("- every run rule was met; nothing questioned the conditions")
+        lines.append("")
+    machine = info["machine"]
+    if machine is not None:
+        lines += [f"{mark}# Cost, and the machine while timed", ""]
+        lines += [f"- {_md(label)}: {_md(text)}" for label, text in machine["cost"]]
+        for label, rows in machine["windows"]:
+            lines += ["", f"Timed window{_md(', ' + label if label else '')}:", ""]
+            lines += [f"- {_md(key)}: {_md(text)}" for key, text in rows]
+        if machine["noise"]:
+            lines += ["", f"Noise probe: {_md(machine['noise'])}"]
         lines.append("")
     first, _ = info["environment"]
     if first:

@@ -12,6 +12,7 @@ from typing import Any
 from services.gateway.ui import charts
 from services.gateway.ui.charts import Spec
 from services.gateway.ui.documents import EvaluationDocument, ExperimentDocument
+from services.gateway.ui.machine import cpu_text, machine_info, memory_text
 from shared.measurement import LatencyStatistics
 from shared.measurement.statistics import Percentile
 from shared.messages import EvaluationFigures, LatencySummary, PairParity
@@ -49,7 +50,18 @@ EXPLANATIONS: dict[str, str] = {
     "may not be reproducible. Quiet the machine, or report the spread.",
     "cpu_governor_not_performance": "The CPU may change its clock during the run. Set the "
     "'performance' governor for stable numbers.",
-    "other_heavy_processes": "Other programs competed for the CPU during the measurement.",
+    "other_heavy_processes": "Other programs were busy just before the run started (a look "
+    "back, not a measurement of the timed queries: see the timed window below).",
+    "other_processes_used_cpu": "Other processes (other programs, or other dlscope workers' "
+    "measurements) used a share of the CPUs while the queries were timed: they competed with "
+    "the model, and the latencies include that. Measure again on a quiet machine.",
+    "cpu_steal": "The hypervisor gave this virtual machine's CPU time to other guests while "
+    "the queries were timed: the latencies include that wait.",
+    "cpu_throttled": "The CPU slowed itself down (too hot) while the queries were timed.",
+    "other_gpu_processes": "Other processes used the GPU while the queries were timed.",
+    "noise_probe_shifted": "A fixed reference workload ran at a different speed after the "
+    "timed queries than before the warm-up: the machine changed under the run (its clock, "
+    "its temperature, a neighbour), so the numbers describe no single state of it.",
     "warmup_not_steady": "Latency was still changing when the warm-up ended: the first timed "
     "queries may include start-up effects.",
     "high_harness_overhead": "dlscope's own timing code is a noticeable share of each query: "
@@ -58,6 +70,10 @@ EXPLANATIONS: dict[str, str] = {
     "query_stalled": "A timed query stalled: it took over a second and over 100 times the "
     "median, so the process was held up (stopped, paused or swapped out) and the stall was "
     "measured, not the model.",
+    "measured_under_contention": "Measured under contention, as asked (concurrent): this run "
+    "did not have the device to itself, so other measurements may have run on the same cores "
+    "or GPU at the same time. The number shows the contention, not the model alone; run "
+    "without concurrent to compare frameworks.",
 }
 
 
@@ -297,6 +313,7 @@ def evaluation_info(document: EvaluationDocument) -> dict[str, Any]:
         "charts": evaluation_charts(document),
         "environment": environment_rows(document.view.environment),
         "explanations": EXPLANATIONS,
+        "machine": machine_info(summary),
     }
 
 
@@ -315,6 +332,12 @@ def experiment_info(document: ExperimentDocument) -> dict[str, Any]:
                 "throughput": throughput_of(summary),
                 "framework_version": (member.environment or {}).get("framework_version", ""),
                 "reference": member.evaluation_id == reference,
+                "cpu": None
+                if summary is None or summary.machine is None
+                else cpu_text(summary.machine.cost),
+                "memory": None
+                if summary is None or summary.machine is None
+                else memory_text(summary.machine.cost, short=True),
             }
         )
     return {

@@ -1,0 +1,101 @@
+"""The same model alone, and inside a four-framework experiment on this host.
+
+What a user does: ``dlscope run digits-cnn -f onnxruntime`` beside ``dlscope run digits-cnn
+--framework all``, before (``--concurrent``: the members measured at the same time on the
+same cores, as every experiment was) and after (the default: each member holds the host's
+CPU while it is measured, so they take turns). The three are alternated, round after round,
+in one run of this benchmark, so that a drift of the machine hits all three alike; each
+ratio is the experiment's ONNX Runtime member over the same model alone in that round.
+
+The goal: after, p50 and p90 within 2 % of alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run"]
+
+MODEL = "digits-cnn"
+ROUNDS = int(os.environ.get("DLSCOPE_BENCH_ROUNDS", "3"))
+# Batches of 32 for at least 2 s: thousands of queries a member, every percentile estimated.
+SCENARIO = ["-b", "32", "-n", "400", "--min-duration", "2", "--warmup", "32"]
+MODES = ("alone", "together, concurrent (before)", "together, one at a time (after)")
+
+
+def _dlscope(home: Path, *arguments: str) -> dict[str, Any]:
+    result = Path(home) / "result.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlscope",
+            "run",
+            MODEL,
+            *SCENARIO,
+            *arguments,
+            "--json",
+            str(result),
+        ],
+        env={**os.environ, "DLSCOPE_HOME": str(home)},
+        capture_output=True,
+        text=True,
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"dlscope run {' '.join(arguments)} failed: {completed.stderr}")
+    document: dict[str, Any] = json.loads(result.read_text())
+    return document
+
+
+def _onnxruntime(document: dict[str, Any]) -> dict[str, float]:
+    """The ONNX Runtime figures of a run: the evaluation's, or the experiment member's."""
+    if "evaluation" in document:
+        evaluation = document["evaluation"]
+    else:
+        evaluation = next(e for e in document["evaluations"] if e["framework"] == "onnxruntime")
+    result = evaluation["result"]
+    return {
+        "p50_ms": result["p50_ms"],
+        "p90_ms": result["p90_ms"],
+        "p99_ms": result["p99_ms"],
+        "throughput_per_s": result["throughput_per_s"],
+        "verdict": result["verdict"]["status"] if result.get("verdict") else None,
+    }
+
+
+async def run() -> dict[str, Any]:
+    return await asyncio.to_thread(_measure)
+
+
+def _measure() -> dict[str, Any]:
+    rounds: list[dict[str, dict[str, float]]] = []
+    with tempfile.TemporaryDirectory(prefix="dlscope-bench-fairness-") as home:
+        _dlscope(Path(home), "-f", "onnxruntime")  # builds the zoo here; not measured
+        for _ in range(ROUNDS):
+            figures = {
+                MODES[0]: _onnxruntime(_dlscope(Path(home), "-f", "onnxruntime")),
+                MODES[1]: _onnxruntime(_dlscope(Path(home), "--framework", "all", "--concurrent")),
+                MODES[2]: _onnxruntime(_dlscope(Path(home), "--framework", "all")),
+            }
+            rounds.append(figures)
+    ratios = {
+        mode: {
+            figure: statistics.median(r[mode][figure] / r[MODES[0]][figure] for r in rounds)
+            for figure in ("p50_ms", "p90_ms", "p99_ms", "throughput_per_s")
+        }
+        for mode in MODES[1:]
+    }
+    return {
+        "model": MODEL,
+        "scenario": " ".join(SCENARIO),
+        "rounds": rounds,
+        "median_ratio_to_alone": ratios,
+    }

@@ -1,0 +1,224 @@
+"""What else used the machine during a timed window, from two snapshots: one just before the
+timed loop, one just after it. Nothing samples inside the loop.
+
+A snapshot (``readings.snapshot``) holds counters: the busy and steal ticks of each CPU this
+process may run on (/proc/stat), this process's own CPU time (every thread of it), the
+energy counters (RAPL, NVML) and the throttle counts, plus a few gauges (load average, CPU
+frequency, the processes on the GPU). The window is the arithmetic between two of them
+(``window_between``), pure, so it is tested on synthetic readings:
+
+- other processes' CPU time = the CPUs' busy time - ours, whoever the others are (other
+  programs, other dlscope workers and their framework processes, the worker that started
+  this process); given in cores (CPU seconds per second of the window);
+- steal = time the hypervisor gave these CPUs to another guest, as a share of their time;
+- energy = the counters' difference, with RAPL's wrap-around at ``max_energy_range_uj``.
+
+/proc/stat counts in ticks (``USER_HZ``, 10 ms), sampled: each CPU's busy time is known to a
+tick at each end, so a window's other-process time carries ``resolution_s`` (two ticks per
+CPU) of uncertainty; a short window is judged with that margin, never on the noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "CpuTicks",
+    "EnergyCounters",
+    "MachineWindow",
+    "Snapshot",
+    "WindowWatch",
+    "parse_proc_stat",
+    "window_between",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTicks:
+    """One CPU's line of /proc/stat, in ticks."""
+
+    busy: int  # user + nice + system + irq + softirq (guest time is already inside user)
+    steal: int
+    total: int  # busy + idle + iowait + steal
+
+
+def parse_proc_stat(text: str, cpus: Collection[int]) -> dict[int, CpuTicks]:
+    """The ``cpuN`` lines of /proc/stat for the CPUs in ``cpus``."""
+    ticks: dict[int, CpuTicks] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or name == "cpu":
+            continue
+        number = int(name[3:])
+        if number not in cpus:
+            continue
+        # user nice system idle iowait irq softirq steal [guest guest_nice]
+        values = [int(v) for v in rest.split()] + [0] * 8
+        user, nice, system, idle, iowait, irq, softirq, steal = values[:8]
+        busy = user + nice + system + irq + softirq
+        ticks[number] = CpuTicks(busy=busy, steal=steal, total=busy + idle + iowait + steal)
+    return ticks
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyCounters:
+    """Cumulative energy counters of one source, in microjoules, and where each wraps round
+    (None: a counter that does not wrap in practice, NVML's 64-bit one)."""
+
+    source: str
+    uj: Mapping[str, int]
+    wraps_at_uj: Mapping[str, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The machine at one instant, as this process sees it."""
+
+    wall_ns: int  # time.time_ns(): when, for the stored events
+    perf_ns: int  # time.perf_counter_ns(): how long, for the arithmetic
+    own_cpu_ns: int  # time.process_time_ns(): every thread of this process
+    cpus: tuple[int, ...]  # the CPUs this process may run on
+    tick_s: float
+    ticks: Mapping[int, CpuTicks] | None = None
+    load_average: tuple[float, float, float] | None = None
+    frequency_mhz: Mapping[int, float] | None = None
+    throttle_count: int | None = None
+    energy: EnergyCounters | None = None
+    gpu_processes: frozenset[int] | None = None  # other processes on the measured GPU
+    not_exposed: Mapping[str, str] = field(default_factory=dict)  # figure -> why not
+
+
+class MachineWindow(BaseModel):
+    """What the machine did during one timed window (one timed phase)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    started_at_ns: int = Field(description="wall clock (ns since the epoch) as the loop began")
+    ended_at_ns: int = Field(description="wall clock as it ended")
+    duration_ns: int = Field(ge=0, description="perf_counter time between the snapshots")
+    cpus: int = Field(ge=1, description="logical CPUs this process may run on")
+    own_cpu_s: float = Field(description="CPU time of the measuring process, all its threads")
+    busy_cpu_s: float | None = Field(
+        default=None, description="busy time of those CPUs (/proc/stat), everyone's"
+    )
+    steal_s: float | None = Field(default=None, description="time stolen by the hypervisor")
+    resolution_s: float | None = Field(
+        default=None, description="uncertainty of busy_cpu_s: two ticks per CPU"
+    )
+    load_average: tuple[float, float, float] | None = Field(
+        default=None, description="1, 5 and 15 minutes, at the window's end"
+    )
+    frequency_mhz: tuple[float, float] | None = Field(
+        default=None, description="lowest and highest CPU clock seen at either end"
+    )
+    throttle_events: int | None = Field(
+        default=None, description="thermal throttling events during the window"
+    )
+    energy_j: float | None = None
+    energy_source: str | None = None
+    gpu_processes: tuple[int, ...] | None = Field(
+        default=None, description="other processes on the measured GPU, at either end"
+    )
+    not_exposed: dict[str, str] = Field(
+        default_factory=dict, description="figures this machine does not give, and why"
+    )
+
+    @property
+    def duration_s(self) -> float:
+        return self.duration_ns / 1e9
+
+    @property
+    def other_cpu_s(self) -> float | None:
+        """Other processes' CPU time on these CPUs (never below zero: ticks are coarse)."""
+        if self.busy_cpu_s is None:
+            return None
+        return max(self.busy_cpu_s - self.own_cpu_s, 0.0)
+
+    @property
+    def other_cores(self) -> float | None:
+        """Other processes' CPU time per second of the window: cores they kept busy."""
+        other = self.other_cpu_s
+        if other is None or self.duration_ns <= 0:
+            return None
+        return other / self.duration_s
+
+    @property
+    def other_cores_resolution(self) -> float | None:
+        if self.resolution_s is None or self.duration_ns <= 0:
+            return None
+        return self.resolution_s / self.duration_s
+
+    @property
+    def steal_share(self) -> float | None:
+        if self.steal_s is None or self.duration_ns <= 0:
+            return None
+        return self.steal_s / (self.cpus * self.duration_s)
+
+
+# What a driver calls just before its timed loop; what that returns, just after it.
+WindowWatch = Callable[[], Callable[[], MachineWindow]]
+
+
+def window_between(before: Snapshot, after: Snapshot) -> MachineWindow:
+    """The window from ``before`` to ``after``, two snapshots of the same process."""
+    not_exposed = {**before.not_exposed, **after.not_exposed}
+    busy = steal = resolution = None
+    if before.ticks is not None and after.ticks is not None:
+        cpus = [cpu for cpu in after.cpus if cpu in before.ticks and cpu in after.ticks]
+        busy = sum(after.ticks[c].busy - before.ticks[c].busy for c in cpus) * after.tick_s
+        steal = sum(after.ticks[c].steal - before.ticks[c].steal for c in cpus) * after.tick_s
+        resolution = 2 * len(cpus) * after.tick_s
+    frequencies = [
+        mhz for snapshot in (before, after) for mhz in (snapshot.frequency_mhz or {}).values()
+    ]
+    throttles = (
+        None
+        if before.throttle_count is None or after.throttle_count is None
+        else after.throttle_count - before.throttle_count
+    )
+    energy_j = _energy_j(before.energy, after.energy)
+    if energy_j is None and before.energy is not None and "energy" not in not_exposed:
+        not_exposed["energy"] = "the energy counters changed source during the window"
+    gpu = (
+        None
+        if before.gpu_processes is None or after.gpu_processes is None
+        else tuple(sorted(before.gpu_processes | after.gpu_processes))
+    )
+    return MachineWindow(
+        started_at_ns=before.wall_ns,
+        ended_at_ns=after.wall_ns,
+        duration_ns=max(after.perf_ns - before.perf_ns, 0),
+        cpus=max(len(after.cpus), 1),
+        own_cpu_s=(after.own_cpu_ns - before.own_cpu_ns) / 1e9,
+        busy_cpu_s=busy,
+        steal_s=steal,
+        resolution_s=resolution,
+        load_average=after.load_average,
+        frequency_mhz=(min(frequencies), max(frequencies)) if frequencies else None,
+        throttle_events=throttles,
+        energy_j=energy_j,
+        energy_source=None if energy_j is None or after.energy is None else after.energy.source,
+        gpu_processes=gpu,
+        not_exposed=not_exposed,
+    )
+
+
+def _energy_j(before: EnergyCounters | None, after: EnergyCounters | None) -> float | None:
+    if before is None or after is None or before.source != after.source:
+        return None
+    total_uj = 0
+    for name, end in after.uj.items():
+        start = before.uj.get(name)
+        if start is None:
+            return None
+        delta = end - start
+        if delta < 0:  # the counter wrapped round (once: a window is far shorter than a wrap)
+            wraps_at = after.wraps_at_uj.get(name)
+            if wraps_at is None:
+                return None
+            delta += wraps_at
+        total_uj += delta
+    return total_uj / 1e6

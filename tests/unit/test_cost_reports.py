@@ -1,0 +1,78 @@
+"""Every report says what a result cost and what else used the machine: CPU per query, peak
+memory, energy or why it was not measured, and each timed window, in HTML, CSV and
+Markdown; a figure the machine did not give is said to be missing, never written as 0."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from services.analyzer.summary import summarize
+from services.gateway.ui.documents import EvaluationDocument, ReportDocument
+from services.gateway.ui.report import report_csv, report_html, report_markdown
+from shared.measurement.cost import JobReadings, PeakMemory
+from shared.measurement.noise import NoiseProbe
+from tests.unit.test_costs import measured, window
+from tests.unit.test_report_escaping import view
+
+# A reason a machine gives may hold anything: a path, an exception's text.
+HOSTILE_REASON = "not measured: /x/energy_uj | [link](https://evil.example) is root's"
+
+
+@pytest.fixture
+def document() -> ReportDocument:
+    seen = window(own_cpu_s=3.6).model_copy(update={"not_exposed": {"energy": HOSTILE_REASON}})
+    readings = JobReadings(
+        noise=NoiseProbe(before_ns=2_400_000, after_ns=2_460_000),
+        peak_memory=PeakMemory(bytes=300 * 2**20, scope="job", method="VmHWM"),
+    )
+    summary = summarize(measured(seen, readings))
+    completed = view("completed", result=summary.model_dump(mode="json"))
+    return ReportDocument(
+        experiments=[],
+        evaluations=[
+            EvaluationDocument(
+                view=completed, trace_url="http://jaeger/trace/0", figures=None, events=[]
+            )
+        ],
+        notes=[],
+        not_found=[],
+    )
+
+
+def test_the_csv_has_the_cost_and_the_window_as_numbers(document: ReportDocument) -> None:
+    (row,) = csv.DictReader(io.StringIO(report_csv(document)))
+    assert float(row["cpu_s_per_query"]) == pytest.approx(0.009)
+    assert int(row["peak_memory_bytes"]) == 300 * 2**20
+    assert row["peak_memory_scope"] == "job"
+    assert row["energy_j_per_query"] == ""  # not measured: empty, never 0
+    assert row["energy_note"] == HOSTILE_REASON
+    assert float(row["other_cores"]) == pytest.approx(0.02)
+    assert row["cpus"] == "2"
+    assert float(row["noise_probe_shift"]) == pytest.approx(0.025)
+    assert row["window_started_at"] == "2023-11-14 22:13:20.000"
+
+
+def test_the_markdown_says_the_cost_and_escapes_what_the_machine_said(
+    document: ReportDocument,
+) -> None:
+    text = report_markdown(document)
+    assert "### Cost, and the machine while timed" in text
+    assert "- CPU per query: 9 ms of CPU" in text
+    assert "- peak memory: 300 MiB over the job" in text
+    # (A value's leading "0." is escaped: it could start an ordered list.)
+    assert "- other processes: 0\\.02 of 2 cores" in text
+    assert "Noise probe: 2\\.400 ms before the warm-up, 2.460 ms after the timed queries" in text
+    assert "\\| \\[link\\](https://evil.example)" in text  # shown as text, no cell, no link
+
+
+def test_the_html_report_shows_the_cost_beside_the_headline(document: ReportDocument) -> None:
+    html = report_html(document)
+    assert "CPU per query" in html
+    assert "9 ms" in html
+    assert "300 MiB" in html
+    assert "Timed window" in html
+    assert "[link](https://evil.example)" in html  # as text: escaped by the template
+    assert '<a href="https://evil.example' not in html
