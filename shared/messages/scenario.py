@@ -95,6 +95,9 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _runnable(self) -> Self:
+        if self.adaptive_half_width is not None and not self.stops_adaptively:
+            # Accepting it and measuring a fixed count would change the headline unannounced.
+            raise ValueError(f"{self.name} scenario: {self._no_adaptive_stop}")
         try:
             self.measurement()
         except ValidationError as exc:
@@ -106,6 +109,33 @@ class Scenario(BaseModel):
             )
             raise ValueError(f"{self.name} scenario: {problems}") from None
         return self
+
+    @property
+    def stops_adaptively(self) -> bool:
+        """Whether adaptive_half_width can be honoured: dlscope's drivers, single-stream at
+        one sample a query, and multi-stream. A batched single-stream runs as a one-size
+        batch sweep; LoadGen has its own early stopping."""
+        return self.driver == "native" and (
+            self.name == "multi-stream" or (self.name == "single-stream" and self.batch_size == 1)
+        )
+
+    @property
+    def _no_adaptive_stop(self) -> str:
+        if self.driver == "loadgen":
+            return (
+                "adaptive_half_width is dlscope's own stop; LoadGen applies its own early "
+                "stopping, so leave adaptive_half_width out with driver loadgen"
+            )
+        if self.name == "single-stream":
+            return (
+                f"adaptive_half_width cannot be honoured at batch_size {self.batch_size}: a "
+                "batched single-stream is measured as a one-size batch sweep, which stops at "
+                "its minimums; use batch_size 1 or leave adaptive_half_width out"
+            )
+        return (
+            f"adaptive_half_width applies to single-stream (batch_size 1) and multi-stream "
+            f"only; {self.name} stops at its minimums"
+        )
 
     @property
     def queries_per_batch(self) -> int:

@@ -113,6 +113,7 @@ def test_run_with_a_batch_the_model_cannot_take_fails_with_the_reason(tmp_path: 
         (["-n", "0"], "--iterations (-n) must be at least 1, got 0"),
         (["--min-duration", "5", "--max-duration", "1"], "--min-duration (5.0) exceeds"),
         (["--adaptive", "2"], "--adaptive must be less than 1"),
+        (["-b", "4", "--adaptive", "0.05"], "--adaptive cannot be honoured at --batch-size"),
     ],
 )
 def test_an_impossible_scenario_is_refused_before_anything_starts(

@@ -219,3 +219,22 @@ def test_an_adaptive_run_is_asked_for_by_the_width_of_its_interval() -> None:
     assert typed.adaptive is not None
     assert typed.adaptive.relative_half_width == 0.02
     assert Scenario().measurement().adaptive is None  # fixed minimums unless asked
+
+
+@pytest.mark.parametrize(
+    ("scenario", "named"),
+    [
+        ({"batch_size": 4}, "cannot be honoured at batch_size 4"),
+        ({"name": "batch-sweep"}, "batch-sweep stops at its minimums"),
+        ({"name": "server"}, "server stops at its minimums"),
+        ({"name": "offline"}, "offline stops at its minimums"),
+        ({"driver": "loadgen"}, "LoadGen applies its own early stopping"),
+    ],
+)
+def test_an_adaptive_stop_a_scenario_cannot_honour_is_refused(
+    scenario: dict[str, object], named: str
+) -> None:
+    """Accepted and ignored, it would silently turn the headline into fixed-count figures."""
+    with pytest.raises(ValidationError, match=named):
+        Scenario.model_validate({**scenario, "adaptive_half_width": 0.05})
+    assert Scenario.model_validate({"name": "multi-stream", "adaptive_half_width": 0.05})
