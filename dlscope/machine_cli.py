@@ -33,6 +33,15 @@ def machine_rows(machine: dict[str, Any] | None) -> list[tuple[str, str]]:
         )
     )
     rows.append(("peak memory (MiB, framework process)", memory_text(cost.get("peak_memory"))))
+    device = cost.get("device_memory_bytes")
+    device_why = cost.get("not_measured", {}).get("device_memory")
+    if device is not None or device_why is not None:  # a GPU run
+        rows.append(
+            (
+                "device memory (MiB, framework process on the GPU)",
+                f"{device / _MIB:.0f}" if device is not None else device_why,
+            )
+        )
     energy = cost.get("energy_j_per_query")
     rows.append(
         (
@@ -93,6 +102,8 @@ def cost_cells(cost: RunCost | None) -> list[str]:
     per_query = "-" if cost.cpu_s_per_query is None else f"{cost.cpu_s_per_query * 1e3:.3f}"
     peak = cost.peak_memory
     memory = "-" if peak is None else f"{peak.bytes / _MIB:.0f}" + ("*" * (peak.scope != "job"))
+    if cost.device_memory_bytes is not None:
+        memory += f" +{cost.device_memory_bytes / _MIB:.0f} GPU"
     return [per_query, memory]
 
 

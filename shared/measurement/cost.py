@@ -6,6 +6,9 @@
   outlives its jobs, so the mark is reset at the job's start (writing 5 to
   /proc/self/clear_refs) and read at its end (VmHWM in /proc/self/status). Where the reset is
   refused, the peak is ru_maxrss, and said to be since the process started.
+- Device memory, on a GPU: what the framework process holds on the measured GPU at the
+  headline window's ends, per NVML (frameworks keep their allocator's pool, so in practice
+  its peak); on a CPU run there is none to report.
 - Energy per query: the window's energy (RAPL package counters, NVML's on a GPU) divided by
   its queries; where no counter can be read, "not measured" and why, never an estimate.
 
@@ -73,10 +76,14 @@ class RunCost(_Frozen):
     cpu_s: float | None = Field(default=None, description="CPU time of the window, all threads")
     cpu_s_per_query: float | None = None
     peak_memory: PeakMemory | None = None
+    device_memory_bytes: int | None = Field(
+        default=None, ge=0, description="on a GPU: what the framework process held there"
+    )
     energy_j_per_query: float | None = None
     energy_source: str | None = None
     not_measured: dict[str, str] = Field(
-        default_factory=dict, description="cpu, memory or energy: why it was not measured"
+        default_factory=dict,
+        description="cpu, memory, device_memory or energy: why it was not measured",
     )
 
 
@@ -155,7 +162,7 @@ def run_cost(
 ) -> RunCost:
     """The cost figures of a run whose headline phase timed ``queries`` in ``window``."""
     not_measured: dict[str, str] = {}
-    cpu_s = cpu_per_query = energy_per_query = None
+    cpu_s = cpu_per_query = energy_per_query = device_memory = None
     energy_source = None
     if window is None:
         why = "no timed window was recorded (a measurement from before dlscope recorded one)"
@@ -170,6 +177,13 @@ def run_cost(
             not_measured["energy"] = window.not_exposed.get(
                 "energy", "not measured: no energy counter was read"
             )
+        device_memory = window.device_memory_bytes
+        # A GPU run is one whose window looked at a GPU: its processes, or why it could not.
+        gpu_run = window.gpu_processes is not None or "gpu" in window.not_exposed
+        if device_memory is None and gpu_run:
+            not_measured["device_memory"] = window.not_exposed.get(
+                "device_memory", window.not_exposed.get("gpu", "not measured")
+            )
     peak = None if readings is None else readings.peak_memory
     if peak is None:
         not_measured["memory"] = "not measured: the worker recorded no peak memory"
@@ -179,6 +193,7 @@ def run_cost(
         cpu_s=cpu_s,
         cpu_s_per_query=cpu_per_query,
         peak_memory=peak,
+        device_memory_bytes=device_memory,
         energy_j_per_query=energy_per_query,
         energy_source=energy_source,
         not_measured=not_measured,

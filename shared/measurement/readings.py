@@ -16,7 +16,7 @@ import importlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from shared.measurement.window import (
     window_between,
 )
 
-__all__ = ["MachineWatch", "rapl_counters"]
+__all__ = ["MachineWatch", "own_and_others", "rapl_counters"]
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class MachineWatch:
         frequencies = self._frequencies(cpus, not_exposed)
         throttles = self._throttles(cpus, not_exposed)
         energy = self._energy(not_exposed)
-        gpu = self._gpu_processes(not_exposed)
+        gpu, gpu_memory = self._gpu_processes(not_exposed)
         return Snapshot(
             wall_ns=wall_ns,
             perf_ns=perf_ns,
@@ -90,6 +90,7 @@ class MachineWatch:
             throttle_count=throttles,
             energy=energy,
             gpu_processes=gpu,
+            own_gpu_memory_bytes=gpu_memory,
             not_exposed=not_exposed,
         )
 
@@ -166,26 +167,46 @@ class MachineWatch:
             wraps_at_uj={name: None},
         )
 
-    def _gpu_processes(self, why: dict[str, str]) -> frozenset[int] | None:
+    def _gpu_processes(self, why: dict[str, str]) -> tuple[frozenset[int] | None, int | None]:
+        """The other processes on the measured GPU, and the device memory this process holds
+        there (NVML's ``usedGpuMemory``; None where the driver does not say, e.g. in some
+        containers)."""
         if self._gpu_index is None:
-            return None
+            return None, None
         try:
             handle = self._nvml_handle(why)
             if handle is None:
-                return None
-            own = os.getpid()
-            pids = {
-                int(process.pid)
+                return None, None
+            processes = [
+                process
                 for query in (
                     self._nvml.nvmlDeviceGetComputeRunningProcesses,
                     self._nvml.nvmlDeviceGetGraphicsRunningProcesses,
                 )
                 for process in query(handle)
-            }
+            ]
         except Exception as exc:
             why["gpu"] = f"NVML could not list the processes on GPU {self._gpu_index}: {exc}"
-            return None
-        return frozenset(pids - {own})
+            return None, None
+        return own_and_others(processes, os.getpid(), why)
+
+
+def own_and_others(
+    processes: Iterable[Any], own: int, why: dict[str, str]
+) -> tuple[frozenset[int], int | None]:
+    """From NVML's process entries on a GPU: every other process, and the device memory
+    ``own`` holds (the largest entry: it may be listed as compute and as graphics)."""
+    memory = [
+        int(process.usedGpuMemory)
+        for process in processes
+        if int(process.pid) == own and getattr(process, "usedGpuMemory", None) is not None
+    ]
+    if not memory:
+        why["device_memory"] = (
+            "not measured: NVML does not give this process's device memory on this GPU"
+        )
+    others = frozenset(int(process.pid) for process in processes) - {own}
+    return others, max(memory) if memory else None
 
 
 def rapl_counters(powercap: Path) -> tuple[EnergyCounters | None, str]:

@@ -88,6 +88,7 @@ class Snapshot:
     throttle_count: int | None = None
     energy: EnergyCounters | None = None
     gpu_processes: frozenset[int] | None = None  # other processes on the measured GPU
+    own_gpu_memory_bytes: int | None = None  # what this process holds on it (NVML)
     not_exposed: Mapping[str, str] = field(default_factory=dict)  # figure -> why not
 
 
@@ -121,6 +122,13 @@ class MachineWindow(BaseModel):
     energy_source: str | None = None
     gpu_processes: tuple[int, ...] | None = Field(
         default=None, description="other processes on the measured GPU, at either end"
+    )
+    device_memory_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="device memory the measuring process held on the measured GPU (NVML), "
+        "the larger of the two ends: frameworks keep their allocator's pool, so in practice "
+        "the peak",
     )
     not_exposed: dict[str, str] = Field(
         default_factory=dict, description="figures this machine does not give, and why"
@@ -187,6 +195,11 @@ def window_between(before: Snapshot, after: Snapshot) -> MachineWindow:
         if before.gpu_processes is None or after.gpu_processes is None
         else tuple(sorted(before.gpu_processes | after.gpu_processes))
     )
+    device_memory = [
+        held
+        for held in (before.own_gpu_memory_bytes, after.own_gpu_memory_bytes)
+        if held is not None
+    ]
     return MachineWindow(
         started_at_ns=before.wall_ns,
         ended_at_ns=after.wall_ns,
@@ -202,6 +215,7 @@ def window_between(before: Snapshot, after: Snapshot) -> MachineWindow:
         energy_j=energy_j,
         energy_source=None if energy_j is None or after.energy is None else after.energy.source,
         gpu_processes=gpu,
+        device_memory_bytes=max(device_memory) if device_memory else None,
         not_exposed=not_exposed,
     )
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from dlscope.machine_cli import machine_rows
 from shared.measurement import (
     BatchSweep,
     MultiStream,
@@ -21,6 +22,7 @@ from shared.measurement import (
     WarmupSettings,
     run_scenario,
 )
+from shared.measurement.cost import MachineReport, run_cost
 from shared.measurement.readings import MachineWatch, rapl_counters
 from shared.measurement.window import (
     CpuTicks,
@@ -295,17 +297,25 @@ def test_a_real_window_brackets_the_timed_queries_only() -> None:
     assert window.duration_ns == pytest.approx(phase.duration_ns, rel=0.05, abs=2_000_000)
 
 
-def fake_nvml(energy_mj: list[int], processes: list[list[int]]) -> SimpleNamespace:
-    """pynvml as nvidia-ml-py answers on a host whose GPU 0 runs ``processes`` in turn."""
+def fake_nvml(
+    energy_mj: list[int],
+    processes: list[list[int]],
+    memory: list[dict[int, int]] | None = None,
+) -> SimpleNamespace:
+    """pynvml as nvidia-ml-py answers on a host whose GPU 0 runs ``processes`` in turn, each
+    holding ``memory`` bytes (None where the driver does not say, as in some containers)."""
     readings = iter(energy_mj)
-    listings = iter(processes)
+    listings = iter(zip(processes, memory or [{} for _ in processes], strict=True))
+
+    def compute(handle: str) -> list[SimpleNamespace]:
+        pids, held = next(listings)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=held.get(pid)) for pid in pids]
+
     return SimpleNamespace(
         nvmlInit=lambda: None,
         nvmlDeviceGetHandleByIndex=lambda index: f"gpu{index}",
         nvmlDeviceGetTotalEnergyConsumption=lambda handle: next(readings),
-        nvmlDeviceGetComputeRunningProcesses=lambda handle: [
-            SimpleNamespace(pid=pid) for pid in next(listings)
-        ],
+        nvmlDeviceGetComputeRunningProcesses=compute,
         nvmlDeviceGetGraphicsRunningProcesses=lambda handle: [],
     )
 
@@ -330,3 +340,36 @@ def test_without_nvml_a_gpu_run_says_so(monkeypatch: pytest.MonkeyPatch) -> None
     assert window.not_exposed["gpu"].startswith("NVML not available")
     # A CPU run does not look at GPUs at all.
     assert "gpu" not in MachineWatch()()().not_exposed
+
+
+def test_on_a_gpu_the_device_memory_the_framework_holds_is_its_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    own, gib = os.getpid(), 2**30
+    nvml = fake_nvml(
+        [1_000_000, 1_250_000],
+        [[own, 4242], [own, 4242]],
+        [{own: gib, 4242: 8 * gib}, {own: 3 * gib // 2, 4242: 8 * gib}],
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    window = MachineWatch(gpu_index=0)()()
+    assert window.device_memory_bytes == 3 * gib // 2  # ours, the larger end; not 4242's
+    cost = run_cost(window, 100, 1, None)
+    assert cost.device_memory_bytes == 3 * gib // 2
+    assert "device_memory" not in cost.not_measured
+    rows = dict(machine_rows(MachineReport(cost=cost).model_dump(mode="json")))
+    assert rows["device memory (MiB, framework process on the GPU)"] == "1536"
+
+
+def test_a_gpu_that_does_not_say_what_a_process_holds_is_not_measured_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    own = os.getpid()
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([1, 2], [[own], [own]]))
+    cost = run_cost(MachineWatch(gpu_index=0)()(), 100, 1, None)
+    assert cost.device_memory_bytes is None  # never a guess
+    assert "does not give this process's device memory" in cost.not_measured["device_memory"]
+    # A CPU run has no device memory to speak of, so it says nothing of it.
+    cpu = run_cost(MachineWatch()()(), 100, 1, None)
+    assert "device_memory" not in cpu.not_measured
+    assert "device memory" not in str(machine_rows(MachineReport(cost=cpu).model_dump()))

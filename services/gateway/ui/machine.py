@@ -12,7 +12,14 @@ from shared.measurement.noise import NoiseProbe
 from shared.measurement.window import MachineWindow
 from shared.messages import LatencySummary
 
-__all__ = ["cost_columns", "cpu_text", "energy_text", "machine_info", "memory_text"]
+__all__ = [
+    "cost_columns",
+    "cpu_text",
+    "device_memory_text",
+    "energy_text",
+    "machine_info",
+    "memory_text",
+]
 
 _MIB = 2**20
 
@@ -32,10 +39,26 @@ def memory_text(cost: RunCost, *, short: bool = False) -> str:
     peak = cost.peak_memory
     if peak is None:
         return "not measured" if short else cost.not_measured.get("memory", "not measured")
-    if short:
-        return f"{peak.bytes / _MIB:,.0f} MiB" + (" (since start)" if peak.scope != "job" else "")
+    if short:  # a table's cell holds the device memory too; the page gives it a row
+        since = " (since start)" if peak.scope != "job" else ""
+        device = (
+            ""
+            if cost.device_memory_bytes is None
+            else f" + {cost.device_memory_bytes / _MIB:,.0f} MiB on the GPU"
+        )
+        return f"{peak.bytes / _MIB:,.0f} MiB{since}{device}"
     since = "over the job" if peak.scope == "job" else "since the framework process started"
     return f"{peak.bytes / _MIB:,.0f} MiB {since}"
+
+
+def device_memory_text(cost: RunCost) -> str | None:
+    """On a GPU run: what the framework process held there, or why that is not known."""
+    if cost.device_memory_bytes is not None:
+        return (
+            f"{cost.device_memory_bytes / _MIB:,.0f} MiB held by the framework process on the "
+            "GPU at the timed window's ends (NVML)"
+        )
+    return cost.not_measured.get("device_memory")
 
 
 def energy_text(cost: RunCost) -> str:
@@ -54,9 +77,11 @@ def _cost_rows(cost: RunCost, load_ms: float) -> list[tuple[str, str]]:
     peak = memory_text(cost)
     if cost.peak_memory is not None:
         peak += f" ({cost.peak_memory.method})"
+    device = device_memory_text(cost)
     return [
         ("CPU per query", per_query),
         ("peak memory", peak),
+        *([("device memory", device)] if device is not None else []),
         ("energy per query", energy_text(cost)),
         ("model load", f"{load_ms:.4g} ms"),
     ]
@@ -169,6 +194,7 @@ def cost_columns(summary: LatencySummary) -> dict[str, Any]:
         "cpu_s_per_query": cost.cpu_s_per_query,
         "peak_memory_bytes": None if peak is None else peak.bytes,
         "peak_memory_scope": None if peak is None else peak.scope,
+        "device_memory_bytes": cost.device_memory_bytes,
         "energy_j_per_query": cost.energy_j_per_query,
         "energy_note": cost.energy_source or cost.not_measured.get("energy", ""),
         "other_cores": None if window is None else window.other_cores,

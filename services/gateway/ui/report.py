@@ -111,6 +111,7 @@ COLUMNS = (
     "cpu_s_per_query",
     "peak_memory_bytes",
     "peak_memory_scope",
+    "device_memory_bytes",
     "energy_j_per_query",
     "energy_note",
     "other_cores",
