@@ -71,7 +71,11 @@ class _AmqpSubscription:
         self.queue = queue
         self.tag = ""
         self.cancelled = False
+        # Deliveries whose consumer is running (cancelled with the subscription: a worker
+        # goes away with its job) and those being settled (finished first: a copy sent but
+        # its original not acknowledged would be delivered twice).
         self.handlers: set[asyncio.Task[object]] = set()
+        self.settling: set[asyncio.Task[object]] = set()
 
     async def cancel(self) -> None:
         if self.cancelled:
@@ -88,6 +92,11 @@ class _AmqpSubscription:
         for task in handlers:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
+        settling = [task for task in self.settling if task is not current]
+        if settling:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._broker.timeout):
+                    await asyncio.gather(*settling, return_exceptions=True)
         with contextlib.suppress(*_BROKER_ERRORS):
             async with asyncio.timeout(self._broker.timeout):
                 # RabbitMQ requeues whatever a closed channel left unacknowledged.
@@ -292,6 +301,9 @@ class AmqpBroker:
                         "consumer of %r failed; retrying the message", subscription.queue.name
                     )
                     verdict = Settlement(Outcome.RETRY, f"{type(exc).__name__}: {exc}")
+                if task is not None:
+                    subscription.handlers.discard(task)
+                    subscription.settling.add(task)
                 await self._settle(
                     subscription.queue.name, message, delivery, verdict, dead_letter_exchange
                 )
@@ -307,6 +319,7 @@ class AmqpBroker:
             finally:
                 if task is not None:
                     subscription.handlers.discard(task)
+                    subscription.settling.discard(task)
 
         return handle
 

@@ -23,20 +23,8 @@ from shared.measurement.noise import NoiseProbe
 from shared.measurement.overhead import HarnessOverhead
 from shared.measurement.scenarios import ScenarioPlan
 from shared.measurement.validity import Severity
-from shared.measurement.warmup import WarmupReport
 from shared.measurement.window import MachineWindow
-
-STEADY = WarmupReport(
-    latencies_ns=(1_000_000,) * 64,
-    window_queries=32,
-    window_medians_ns=(1_000_000.0, 1_000_000.0),
-    threshold=0.05,
-    steady=True,
-    decided_by="steady",
-    last_change=0.0,
-    duration_ns=64_000_000,
-)
-QUIET = {"cpu_governor": "performance", "heavy_processes": [], "load_average": [0.5, 0.5, 0.5]}
+from tests.unit.test_validity import QUIET, STEADY
 
 
 def window(
