@@ -13,6 +13,7 @@ process's main thread (``services.workers.session``), alone, and hands back a ``
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from shared.measurement.readings import MachineWatch
 from shared.messages import AccuracyMeasurement, LayerTiming, OutputFingerprint, RunEvaluation
 from shared.processing import postprocess
 
-__all__ = ["ACCURACY_BATCH", "Run", "measure"]
+__all__ = ["ACCURACY_BATCH", "Run", "measure", "nvml_index"]
 
 Predict = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 # Tells the supervising process what the session is doing, so that a crash can be named
@@ -109,7 +110,7 @@ def measure(
             return predict(inputs)
 
         native = loadgen = None
-        watch = MachineWatch(gpu_index=0 if job.hardware == "gpu" else None)
+        watch = MachineWatch(gpu_index=nvml_index() if job.hardware == "gpu" else None)
         before_ns = probe_ns()
         if job.scenario.driver == "loadgen":
             loadgen = run_loadgen(
@@ -191,3 +192,13 @@ def _fingerprint(
             manifest, inputs, kind="dataset", description=f"{dataset.ref}{split}, first batch"
         )
     return output_fingerprint(manifest, identity, predict(inputs))
+
+
+def nvml_index(visible: str | None = None) -> int:
+    """The NVML index of the GPU this process measures. NVML numbers GPUs physically,
+    whatever ``CUDA_VISIBLE_DEVICES`` says, while CUDA uses the first GPU listed there (the one
+    the worker leases): that entry where it is an index, else 0 (a GPU named by UUID is not
+    mapped yet)."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "") if visible is None else visible
+    first = first.split(",")[0].strip()
+    return int(first) if first.isdigit() else 0

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from dlscope.machine_cli import machine_rows
+from services.workers.measurement import nvml_index
 from shared.measurement import (
     BatchSweep,
     MultiStream,
@@ -373,3 +374,12 @@ def test_a_gpu_that_does_not_say_what_a_process_holds_is_not_measured_with_the_r
     cpu = run_cost(MachineWatch()()(), 100, 1, None)
     assert "device_memory" not in cpu.not_measured
     assert "device memory" not in str(machine_rows(MachineReport(cost=cpu).model_dump()))
+
+
+@pytest.mark.parametrize(
+    ("visible", "index"), [(None, 0), ("", 0), ("2", 2), ("3,1", 3), ("GPU-8f2e", 0)]
+)
+def test_the_gpu_watched_is_the_one_cuda_uses_first(visible: str | None, index: int) -> None:
+    """NVML ignores CUDA_VISIBLE_DEVICES: without the mapping a worker leasing GPU 2 would
+    read GPU 0's energy, processes and memory."""
+    assert nvml_index("" if visible is None else visible) == index
