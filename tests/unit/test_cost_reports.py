@@ -76,3 +76,27 @@ def test_the_html_report_shows_the_cost_beside_the_headline(document: ReportDocu
     assert "Timed window" in html
     assert "[link](https://evil.example)" in html  # as text: escaped by the template
     assert '<a href="https://evil.example' not in html
+
+
+def test_a_gpu_runs_device_memory_is_in_every_report() -> None:
+    seen = window(own_cpu_s=3.6).model_copy(
+        update={"gpu_processes": (), "device_memory_bytes": 1536 * 2**20}
+    )
+    summary = summarize(measured(seen, JobReadings()))
+    completed = view("completed", result=summary.model_dump(mode="json"))
+    document = ReportDocument(
+        experiments=[],
+        evaluations=[
+            EvaluationDocument(
+                view=completed, trace_url="http://jaeger/trace/0", figures=None, events=[]
+            )
+        ],
+        notes=[],
+        not_found=[],
+    )
+    (row,) = csv.DictReader(io.StringIO(report_csv(document)))
+    assert int(row["device_memory_bytes"]) == 1536 * 2**20
+    assert "- device memory: 1,536 MiB held by the framework process on the GPU" in (
+        report_markdown(document)
+    )
+    assert "1,536 MiB held by the framework process on the GPU" in report_html(document)
