@@ -892,8 +892,11 @@ async def test_bus_pauses_on_an_unavailable_dependency_and_resumes_in_order(
         assert stored == list(range(10))
         assert set(attempts) == {1}
         assert bus.paused == {}
+        # A message that cannot be read is dead-lettered: once it arrives there, anything the
+        # outage had dead-lettered would be ahead of it (no order otherwise tells "none").
         await rig.publish("test.canary", b"{}")
-        assert dead.deliveries == []
+        letter = await dead.next()
+        assert letter.routing_key == "test.canary"
     finally:
         await bus.stop()
 
