@@ -14,6 +14,7 @@ from services.gateway.ui.documents import EvaluationDocument, ReportDocument
 from services.gateway.ui.report import report_csv, report_html, report_markdown
 from shared.measurement.cost import JobReadings, PeakMemory
 from shared.measurement.noise import NoiseProbe
+from shared.messages import EvaluationMeasured
 from tests.unit.test_costs import measured, window
 from tests.unit.test_report_escaping import view
 
@@ -28,7 +29,12 @@ def document() -> ReportDocument:
         noise=NoiseProbe(before_ns=2_400_000, after_ns=2_460_000),
         peak_memory=PeakMemory(bytes=300 * 2**20, scope="job", method="VmHWM"),
     )
-    summary = summarize(measured(seen, readings))
+    return report_of(measured(seen, readings))
+
+
+def report_of(measurement: EvaluationMeasured) -> ReportDocument:
+    """The report of one completed evaluation with ``measurement``."""
+    summary = summarize(measurement)
     completed = view("completed", result=summary.model_dump(mode="json"))
     return ReportDocument(
         experiments=[],
@@ -82,18 +88,7 @@ def test_a_gpu_runs_device_memory_is_in_every_report() -> None:
     seen = window(own_cpu_s=3.6).model_copy(
         update={"gpu_processes": (), "device_memory_bytes": 1536 * 2**20}
     )
-    summary = summarize(measured(seen, JobReadings()))
-    completed = view("completed", result=summary.model_dump(mode="json"))
-    document = ReportDocument(
-        experiments=[],
-        evaluations=[
-            EvaluationDocument(
-                view=completed, trace_url="http://jaeger/trace/0", figures=None, events=[]
-            )
-        ],
-        notes=[],
-        not_found=[],
-    )
+    document = report_of(measured(seen, JobReadings()))
     (row,) = csv.DictReader(io.StringIO(report_csv(document)))
     assert int(row["device_memory_bytes"]) == 1536 * 2**20
     assert "- device memory: 1,536 MiB held by the framework process on the GPU" in (
