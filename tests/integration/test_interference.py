@@ -43,8 +43,11 @@ async def test_a_quiet_run_is_valid_and_says_what_it_cost(any_stack: Stack) -> N
         assert cost["not_measured"]["energy"].startswith("not measured: ")
     (window,) = machine["windows"]
     assert window["cpus"] == len(os.sched_getaffinity(0))
-    other = max(window["busy_cpu_s"] - window["own_cpu_s"], 0) / (window["duration_ns"] / 1e9)
-    assert other < 0.1 * window["cpus"]
+    # Nothing else kept a tenth of the cores busy, within /proc/stat's ticks: the same rule
+    # the verdict applies, so the figures shown agree with the VALID beside them.
+    seconds = window["duration_ns"] / 1e9
+    other = max(window["busy_cpu_s"] - window["own_cpu_s"], 0) / seconds
+    assert other - window["resolution_s"] / seconds <= 0.1 * window["cpus"]
     assert window["duration_ns"] >= 2e9
     # The window's wall-clock times are the timed queries': after the request, before now.
     assert window["ended_at_ns"] - window["started_at_ns"] >= 2e9
