@@ -18,7 +18,7 @@ import httpx
 import orjson
 
 from bench.common import POSTGRES_ADMIN_DSN, RABBITMQ_URL, percentiles
-from dlscope.local import Deployment, throwaway_deployment
+from harness.deployment import Deployment, throwaway_deployment
 
 __all__ = ["run"]
 

@@ -1,7 +1,7 @@
 """Fan-out: one experiment over N hosts, N = 1, 2, 3 (network namespaces, as root).
 
 The control plane runs here; each simulated host runs one onnxruntime worker that reaches it
-only over its own link (``dlscope.multihost``) and fetches the model from the registry's
+only over its own link (``harness.multihost``) and fetches the model from the registry's
 artifact server. An experiment evaluates one model on every host at once. The figure is
 
     experiment wall time / slowest member
@@ -29,7 +29,7 @@ import httpx
 import orjson
 
 from bench.common import POSTGRES_ADMIN_DSN, RABBITMQ_URL
-from dlscope.multihost import Fleet, fleet, hosts_missing
+from harness.multihost import Fleet, fleet, hosts_missing
 
 __all__ = ["run", "suite"]
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlscope.local import copy_package_sources
+from harness.deployment import copy_package_sources
 
 __all__ = ["run"]
 

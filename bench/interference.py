@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import percentiles
-from dlscope.live import parse_line
+from dlscope.cli.live import parse_line
 from services.workers.inputs import synthetic_inputs
 from services.workers.predictors import predictor_factory
 from shared.artifacts import ArtifactCache

@@ -19,7 +19,9 @@ from typing import Any
 
 from bench.common import RABBITMQ_URL
 from bench.recorder_throughput import evaluation_events
-from dlscope.local import eventually, private_postgres, private_postgres_missing, purge_namespace
+from harness.deployment import purge_namespace
+from harness.postgres import private_postgres, private_postgres_missing
+from harness.waiting import eventually
 from services.recorder import RecorderService
 from shared.config import Settings
 from shared.eventstore import EventStore

@@ -24,7 +24,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.common import POSTGRES_ADMIN_DSN, RABBITMQ_URL
-from dlscope.local import Deployment, eventually, throwaway_deployment
+from harness.deployment import Deployment, throwaway_deployment
+from harness.waiting import eventually
 from shared.eventstore import EventStore
 from shared.measurement import ScenarioResult, SingleStream, TimedPhase
 from shared.measurement.overhead import HarnessOverhead
@@ -167,7 +168,7 @@ async def run(
         queues = [topology.recorder_queue(i, recorders) for i in range(recorders)]
         # Let the recorders declare their queues and bindings, then stop them and fill the queues.
         deployment.start("recorder")
-        await eventually(lambda: _all(queues, _queue_exists))
+        await eventually(lambda: _all(queues, _queue_exists), timeout=60)
         deployment.stop_all()
         published = await _publish(deployment, [*envelopes, *duplicates])
         backlog = [await _depth(queue) for queue in queues]

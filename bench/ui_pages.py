@@ -24,7 +24,8 @@ import httpx
 import numpy as np
 
 from bench.common import POSTGRES_ADMIN_DSN, RABBITMQ_URL, percentiles
-from dlscope.local import Deployment, eventually, throwaway_deployment
+from harness.deployment import Deployment, throwaway_deployment
+from harness.waiting import eventually
 from services.analyzer.summary import summarize
 from shared.eventstore import EventStore
 from shared.measurement import ScenarioResult, TimedPhase
@@ -63,7 +64,7 @@ async def run() -> dict[str, Any]:
         for service in ("recorder", "analyzer", "gateway"):
             deployment.start(service)
         async with httpx.AsyncClient(base_url=deployment.gateway_url, timeout=120) as http:
-            await eventually(lambda: _ready(http))
+            await eventually(lambda: _ready(http), timeout=60)
             result: dict[str, Any] = {
                 "stored": {"latencies": LATENCIES, "evaluations": listed},
                 "server": await _server(http, big, listed),

@@ -22,13 +22,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
-import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, HeadersType
-from aio_pika.exceptions import AMQPError, AuthenticationError, ChannelNotFoundEntity
 from yarl import URL
 
 from shared.errors import BrokerUnavailable, ConfigurationError, InvalidMessage
 from shared.messages import Envelope, Topology, decode
+from shared.messaging.amqp import AmqpBroker, HeldMessage
 from shared.messaging.broker import (
     ATTEMPT_HEADER,
     DEAD_LETTERED_FROM_HEADER,
@@ -60,7 +58,7 @@ class DeadLetter:
     # The queue whose consumer refused it (None for letters older than that header): a
     # replay goes back to that queue alone.
     queue: str | None
-    headers: HeadersType
+    headers: Mapping[str, object]
     body: bytes
     message_id: str | None
     envelope: Envelope | None
@@ -104,9 +102,9 @@ class DeadLetterQueue:
         self._where = URL(url).with_password(None)  # never shown with its password
         self._topology = topology
         self._timeout = timeout
-        self._connection: AbstractConnection | None = None
-        self._channel: AbstractChannel | None = None
-        self._held: list[tuple[DeadLetter, AbstractIncomingMessage]] = []
+        self._resources = contextlib.AsyncExitStack()
+        self._broker: AmqpBroker | None = None
+        self._held: list[tuple[DeadLetter, HeldMessage]] = []
 
     @property
     def topology(self) -> Topology:
@@ -118,21 +116,19 @@ class DeadLetterQueue:
         return [letter for letter, _ in self._held]
 
     async def __aenter__(self) -> Self:
-        try:
-            self._connection = await aio_pika.connect(self._url, timeout=self._timeout)
-        except AuthenticationError as exc:
-            raise ConfigurationError(
-                f"RabbitMQ at {self._where} refused the credentials: {exc}"
-            ) from exc
-        except (AMQPError, OSError, TimeoutError, RuntimeError) as exc:
-            raise BrokerUnavailable(
-                f"cannot connect to RabbitMQ at {self._where}: {exc!r}"
-            ) from exc
-        try:
-            await self._fetch_all()
-        except BaseException:
-            await self._close()
-            raise
+        async with contextlib.AsyncExitStack() as resources:
+            broker = AmqpBroker(self._url, timeout=self._timeout)
+            await broker.connect()
+            resources.push_async_callback(broker.close)
+            if not await broker.queue_exists(self._topology.dead_letters):
+                raise ConfigurationError(
+                    f"RabbitMQ at {self._where} has no dead-letter queue "
+                    f"{self._topology.dead_letters!r}: no dlscope service of namespace "
+                    f"{self._topology.namespace!r} has run there (DLSCOPE_NAMESPACE?)"
+                )
+            held = await resources.enter_async_context(broker.holding(self._topology.dead_letters))
+            self._held = [(self._letter(message), message) for message in held]
+            self._broker, self._resources = broker, resources.pop_all()
         return self
 
     async def __aexit__(
@@ -141,7 +137,10 @@ class DeadLetterQueue:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        await self._close()
+        self._broker, self._held = None, []
+        # Letting go of the letters hands back every one not acknowledged, in its place in
+        # the queue, then the connection closes.
+        await self._resources.aclose()
 
     def select(
         self, event_ids: Sequence[str] = (), *, message_type: str | None = None
@@ -164,11 +163,14 @@ class DeadLetterQueue:
         first published to), each event once per target, and acknowledge their dead-letter
         copies. A letter the contracts still refuse stays in the queue. Storing is
         idempotent by event id, so an event replayed twice is stored once."""
-        assert self._channel is not None, "used inside its context"
+        assert self._broker is not None, "used inside its context"
         letters = list(letters)
         targets = {queue} if queue is not None else {letter.queue for letter in letters}
         for name in sorted(t for t in targets if t is not None):
-            await self._require_queue(name)
+            # A message published to a queue that does not exist would be dropped, so this
+            # must not be left to the publish.
+            if not await self._broker.queue_exists(name):
+                raise ConfigurationError(f"RabbitMQ at {self._where} has no queue {name!r}")
         chosen = {id(letter) for letter in letters}
         report = ReplayReport()
         published: set[tuple[str, str, str]] = set()
@@ -183,58 +185,27 @@ class DeadLetterQueue:
             key = (letter.event_id, target or letter.exchange, letter.routing_key)
             if key not in published:
                 try:
-                    await self._publish(letter, target)
-                except ChannelNotFoundEntity as exc:
-                    raise ConfigurationError(
-                        f"cannot replay {letter.event_id} to exchange {letter.exchange!r}: {exc}"
-                    ) from exc
-                except (AMQPError, OSError, TimeoutError) as exc:
+                    await self._publish(letter, message, target)
+                except ConfigurationError as exc:
+                    raise ConfigurationError(f"cannot replay {letter.event_id}: {exc}") from exc
+                except BrokerUnavailable as exc:
                     raise BrokerUnavailable(
-                        f"replaying {letter.event_id} failed: {exc!r}; what was not replayed "
+                        f"replaying {letter.event_id} failed: {exc}; what was not replayed "
                         "is still in the dead-letter queue"
                     ) from exc
                 published.add(key)
                 report.replayed.append(letter.event_id)
+            # Only now: the adapter returns once RabbitMQ has confirmed the new copy.
             await message.ack()
             report.acknowledged += 1
         return report
 
     # internals
 
-    async def _fetch_all(self) -> None:
-        assert self._connection is not None
-        # Publisher confirms: a replayed message is acknowledged in the dead-letter queue
-        # only once RabbitMQ has taken its new copy.
-        self._channel = await self._connection.channel(publisher_confirms=True)
-        try:
-            queue = await self._channel.declare_queue(self._topology.dead_letters, passive=True)
-        except ChannelNotFoundEntity as exc:
-            raise ConfigurationError(
-                f"RabbitMQ at {self._where} has no dead-letter queue "
-                f"{self._topology.dead_letters!r}: no dlscope service of namespace "
-                f"{self._topology.namespace!r} has run there (DLSCOPE_NAMESPACE?)"
-            ) from exc
-        # basic.get hands out the next message not yet fetched; the fetched ones stay
-        # unacknowledged, so one pass sees every message once.
-        while (message := await queue.get(no_ack=False, fail=False)) is not None:
-            self._held.append((self._letter(message), message))
-
-    async def _require_queue(self, queue: str) -> None:
-        # Checked on a channel of its own: the 404 closes it. A message published to a queue
-        # that does not exist would be dropped, so this must not be left to the publish.
-        assert self._connection is not None
-        channel = await self._connection.channel()
-        try:
-            await channel.declare_queue(queue, passive=True)
-        except ChannelNotFoundEntity as exc:
-            raise ConfigurationError(f"RabbitMQ at {self._where} has no queue {queue!r}") from exc
-        finally:
-            if not channel.is_closed:
-                await channel.close()
-
-    async def _publish(self, letter: DeadLetter, queue: str | None) -> None:
-        assert self._channel is not None
-        headers: HeadersType = {
+    async def _publish(self, letter: DeadLetter, message: HeldMessage, queue: str | None) -> None:
+        assert self._broker is not None
+        assert letter.event_id is not None
+        headers = {
             name: value for name, value in letter.headers.items() if name not in _SPENT_HEADERS
         }
         if queue is not None:
@@ -242,26 +213,22 @@ class DeadLetterQueue:
             # headers tell its consumer where the message was first published.
             headers[ORIGIN_EXCHANGE_HEADER] = letter.exchange
             headers[ORIGIN_ROUTING_KEY_HEADER] = letter.routing_key
-            exchange, routing_key = self._channel.default_exchange, queue
+            exchange, routing_key = "", queue
         else:
-            exchange = await self._channel.get_exchange(letter.exchange, ensure=False)
-            routing_key = letter.routing_key
+            exchange, routing_key = letter.exchange, letter.routing_key
         envelope = letter.envelope
-        await exchange.publish(
-            aio_pika.Message(
-                letter.body,
-                headers=headers,
-                content_type="application/json",
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                message_id=letter.event_id,
-                correlation_id=None if envelope is None else str(envelope.correlation_id),
-            ),
+        await self._broker.republish(
+            message,
+            exchange,
             routing_key,
+            headers=headers,
+            message_id=letter.event_id,
+            correlation_id=None if envelope is None else str(envelope.correlation_id),
         )
 
-    def _letter(self, message: AbstractIncomingMessage) -> DeadLetter:
-        headers = dict(message.headers)
-        routing_key = message.routing_key or ""
+    def _letter(self, message: HeldMessage) -> DeadLetter:
+        headers = message.headers
+        routing_key = message.routing_key
         try:
             envelope, unreadable = decode(message.body), None
         except InvalidMessage as exc:
@@ -287,14 +254,6 @@ class DeadLetterQueue:
         # Work and calls travel on the jobs exchange; every other key is an event.
         jobs = routing_key.startswith(("job.", "rpc."))
         return self._topology.jobs if jobs else self._topology.events
-
-    async def _close(self) -> None:
-        connection, self._connection, self._channel = self._connection, None, None
-        self._held.clear()
-        if connection is not None:
-            # Closing hands back every dead letter not acknowledged, in its place in the queue.
-            with contextlib.suppress(AMQPError, OSError, RuntimeError):
-                await connection.close()
 
 
 def _text(value: object) -> str:

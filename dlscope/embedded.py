@@ -19,11 +19,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from services.analyzer import AnalyzerService
-from services.gateway import GatewayService
-from services.recorder import RecorderService
-from services.registry import RegistryService
-from services.scheduler import SchedulerService
+from dlscope.catalogue import build_control_plane, build_gateway, build_worker
 from services.workers import WorkerService
 from services.workers.predictors import not_installed
 from shared.config import Settings
@@ -84,17 +80,11 @@ def all_services(
     *,
     gateway: tuple[str, int] | None = None,
 ) -> list[Service]:
-    # The recorder first, so no event is published before its queue exists; the gateway last,
-    # so no request arrives before everything that serves it is up.
-    services: list[Service] = [
-        RecorderService(runtime),
-        RegistryService(runtime),
-        AnalyzerService(runtime),
-        SchedulerService(runtime),
-    ]
-    services += [WorkerService(runtime, framework=f, hardware=h) for f, h in workers]
+    # In the catalogue's start order: the recorder first, the gateway last.
+    services = build_control_plane(runtime)
+    services += [build_worker(runtime, f, h) for f, h in workers]
     if gateway is not None:
-        services.append(GatewayService(runtime, host=gateway[0], port=gateway[1]))
+        services.append(build_gateway(runtime, *gateway))
     return services
 
 
@@ -378,7 +368,7 @@ async def _registry(settings: Settings) -> AsyncIterator[Bus]:
     broker = runtime.broker
     assert isinstance(broker, MemoryBroker), "the embedded mode runs on memory://"
     try:
-        async with running([RecorderService(runtime), RegistryService(runtime)]):
+        async with running(build_control_plane(runtime, ("recorder", "registry"))):
             client = runtime.bus("cli")
             await client.start()
             yield client

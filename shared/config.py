@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     # Where workers take their device leases (services.workers.leases): a directory every
     # worker of this host shares. By default <tmp>/dlscope-leases-<host name>: the host name
     # tells apart hosts that share /tmp (containers with a shared volume would set one
-    # directory for them all; simulated hosts, dlscope.hosts, keep theirs apart by name).
+    # directory for them all; simulated hosts, harness.hosts, keep theirs apart by name).
     lease_dir: Path | None = None
     # Which GPUs this process may use, as CUDA reads it: a GPU worker leases the first.
     cuda_visible_devices: str | None = Field(default=None, validation_alias="CUDA_VISIBLE_DEVICES")

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +22,8 @@ import httpx
 import orjson
 import pytest
 
-from dlscope.gateway_client import registration
+from dlscope.cli.http import registration
+from shared.config import REPOSITORY_ROOT
 from shared.manifests import Manifest, parse_manifest
 
 RABBITMQ_URL = os.environ.get("DLSCOPE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
@@ -54,6 +58,33 @@ async def register_model(
         "/v1/models",
         files=[("manifest", ("manifest.json", orjson.dumps(body), "application/json")), *parts],
     )
+
+
+@functools.cache
+def opencl_problem(hardware: str = "cpu") -> str | None:
+    """Why OpenCL runs no program on this machine's ``hardware`` device (its compiler builds
+    no kernel: PoCL's LLVM may not know a new CPU), or None. Asked in a process of its own,
+    as a worker's framework process asks it: a compiler that fails may not leave cleanly."""
+    probe = (
+        "from services.workers.predictors.opencl.devices import compiler_problem; "
+        f"print(compiler_problem({hardware!r}) or '', end='')"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPOSITORY_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if found.returncode != 0:
+        return f"the OpenCL probe itself failed: {found.stderr.strip()[-500:]}"
+    return found.stdout or None
+
+
+def runnable(frameworks: tuple[str, ...], hardware: str = "cpu") -> tuple[str, ...]:
+    """``frameworks`` less OpenCL where its device compiles nothing here (``opencl_problem``):
+    a test that runs every framework runs those this machine can."""
+    return tuple(f for f in frameworks if f != "opencl" or opencl_problem(hardware) is None)
 
 
 @pytest.fixture

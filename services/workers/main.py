@@ -36,6 +36,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             Settings(),
         )
     except ConfigurationError as exc:
-        # One line saying what to install, and a non-zero exit: in a container that is a
-        # restart loop an operator sees, rather than a worker that is up and takes no job.
+        # A worker that cannot start at all (no core to lease, a lease directory it cannot
+        # use): one line saying why and a non-zero exit, which a container restarts. A
+        # framework that is missing or can run nothing here never gets here: the worker
+        # stays up, announced as unavailable with why (WorkerService.start).
         raise SystemExit(f"dlscope worker: {exc}") from None

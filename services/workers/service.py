@@ -21,6 +21,7 @@ from services.workers.jobs import JobRunner
 from services.workers.leases import DeviceLeases
 from services.workers.predictors import not_installed
 from shared.artifacts import ArtifactCache
+from shared.errors import ConfigurationError
 from shared.messages import (
     UNAVAILABLE,
     Envelope,
@@ -93,7 +94,13 @@ class WorkerService:
         if (why := not_installed(self.framework)) is not None:
             await self._start_unavailable(why)
             return
-        described = await self.process.start()
+        try:
+            described = await self.process.start()
+        except ConfigurationError as exc:
+            # Installed, and still it can run nothing here (its process says why, e.g. an
+            # OpenCL device that compiles no kernel): restarting would not change that.
+            await self._start_unavailable(str(exc))
+            return
         await self._bus.start()
         topology = self._bus.topology
         for queue, key, durable in (
@@ -119,7 +126,7 @@ class WorkerService:
         await self._agent.start(version=described.version, device=described.device)
 
     async def _start_unavailable(self, why: str) -> None:
-        """A worker whose framework is not installed here says so, with what to install: it
+        """A worker whose framework cannot run here says so, with why (what to install): it
         is announced with the reason (the scheduler routes nothing to it and names it when
         it explains why no worker can run a request) and fails what is sent to it alone. It
         reads no shared queue, where it would take the jobs of workers that can run them."""

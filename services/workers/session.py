@@ -85,8 +85,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         factory = predictor_factory(args.framework)
         version = factory.version()
+        unusable = factory.unusable(args.hardware)
     except (DlscopeError, ImportError) as exc:
         connection.send(("unavailable", str(exc)))
+        return
+    if unusable is not None:
+        connection.send(("unavailable", unusable))
         return
     try:
         device = factory.device(args.hardware)

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared.measurement.noise import NoiseProbe
 from shared.measurement.repetitions import RepetitionSummary
 from shared.measurement.results import ScenarioResult, TimedPhase, summarize_result
-from shared.measurement.scenarios import BatchSweep, Offline, Server
+from shared.measurement.scenarios import BatchSweep, Offline, ScenarioPlan, Server
 from shared.measurement.statistics import LatencyStatistics
 from shared.measurement.window import MachineWindow
 
@@ -208,37 +208,8 @@ def _phase_reasons(
             limit=limit,
         )
 
-    if isinstance(scenario, Offline):
-        samples = stats.count * phase.samples_per_query
-        if samples < scenario.min_sample_count:
-            yield reason(
-                ReasonCode.TOO_FEW_QUERIES,
-                Severity.ERROR,
-                f"{samples} samples processed; the scenario asks for at least "
-                f"{scenario.min_sample_count}",
-                measured=samples,
-                limit=scenario.min_sample_count,
-            )
-    else:
-        if stats.count < scenario.min_query_count:
-            yield reason(
-                ReasonCode.TOO_FEW_QUERIES,
-                Severity.ERROR,
-                f"{stats.count} queries timed; the scenario asks for at least "
-                f"{scenario.min_query_count}",
-                measured=stats.count,
-                limit=scenario.min_query_count,
-            )
-        if stats.headline.kind == "bound":
-            yield reason(
-                ReasonCode.HEADLINE_IS_BOUND,
-                Severity.ERROR,
-                f"p{stats.headline.percentile * 100:g} needs at least "
-                f"{stats.headline.min_queries} queries (MLPerf early stopping); "
-                f"only {stats.count} were timed",
-                measured=stats.count,
-                limit=stats.headline.min_queries,
-            )
+    for code, message, measured, limit in _count_problems(scenario, phase, stats):
+        yield reason(code, Severity.ERROR, message, measured=measured, limit=limit)
     min_duration_ns = scenario.min_duration_s * 1e9
     if phase.duration_ns < min_duration_ns:
         yield reason(
@@ -297,6 +268,41 @@ def _phase_reasons(
             f"latency (above {limits.max_overhead_share:.0%})",
             measured=share,
             limit=limits.max_overhead_share,
+        )
+
+
+def _count_problems(
+    scenario: ScenarioPlan, phase: TimedPhase, stats: LatencyStatistics
+) -> Iterator[tuple[ReasonCode, str, float, float]]:
+    """Too few samples (offline) or queries, or too few behind the headline percentile:
+    code, message, measured and limit."""
+    if isinstance(scenario, Offline):
+        samples = stats.count * phase.samples_per_query
+        if samples < scenario.min_sample_count:
+            yield (
+                ReasonCode.TOO_FEW_QUERIES,
+                f"{samples} samples processed; the scenario asks for at least "
+                f"{scenario.min_sample_count}",
+                samples,
+                scenario.min_sample_count,
+            )
+        return
+    if stats.count < scenario.min_query_count:
+        yield (
+            ReasonCode.TOO_FEW_QUERIES,
+            f"{stats.count} queries timed; the scenario asks for at least "
+            f"{scenario.min_query_count}",
+            stats.count,
+            scenario.min_query_count,
+        )
+    if stats.headline.kind == "bound":
+        yield (
+            ReasonCode.HEADLINE_IS_BOUND,
+            f"p{stats.headline.percentile * 100:g} needs at least "
+            f"{stats.headline.min_queries} queries (MLPerf early stopping); "
+            f"only {stats.count} were timed",
+            stats.count,
+            stats.headline.min_queries,
         )
 
 

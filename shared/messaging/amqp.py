@@ -9,7 +9,14 @@ Channels, and why there are several:
 - one plain channel with publisher confirms for publishing, replaced when it closes: a
   channel error (an undeclared exchange) or a lost connection must not end the adapter, and
   a plain channel is never reopened behind our back by aio-pika;
-- short-lived plain channels for one-off checks, whose 404s may close them harmlessly.
+- short-lived plain channels for one-off checks, whose 404s may close them harmlessly;
+- a plain channel per ``holding`` block, which holds the messages it took unacknowledged
+  until it closes and RabbitMQ hands them back.
+
+Beyond the port, for RabbitMQ alone: what a tool does to a deployment's queues from outside
+it. ``dlscope dlq`` reads the dead-letter queue (``holding``) and replays letters
+(``republish``); the test harness checks for queues and removes a namespace's exchanges.
+Nothing else in dlscope imports aio-pika (an import contract in pyproject.toml says so).
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import cast
 
 import aio_pika
 from aio_pika.abc import (
@@ -36,6 +44,7 @@ from aio_pika.exceptions import (
     ChannelNotFoundEntity,
     ChannelPreconditionFailed,
 )
+from aiormq.abc import DeliveredMessage
 from aiormq.exceptions import ConnectionCommandInvalid
 from yarl import URL
 
@@ -54,7 +63,7 @@ from shared.messaging.broker import (
     Settlement,
 )
 
-__all__ = ["AmqpBroker"]
+__all__ = ["AmqpBroker", "HeldMessage"]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +110,25 @@ class _AmqpSubscription:
             async with asyncio.timeout(self._broker.timeout):
                 # RabbitMQ requeues whatever a closed channel left unacknowledged.
                 await self._channel.close()
+
+
+class HeldMessage:
+    """A message taken from a queue and held unacknowledged (``AmqpBroker.holding``): RabbitMQ
+    keeps it for us until it is acknowledged, or hands it back to the queue, in its place."""
+
+    def __init__(self, message: AbstractIncomingMessage) -> None:
+        self._message = message
+        self.body = message.body
+        self.routing_key = message.routing_key or ""
+        self.headers: Mapping[str, object] = dict(message.headers)
+        self.message_id = message.message_id
+
+    async def ack(self) -> None:
+        """Remove it from the queue for good."""
+        try:
+            await self._message.ack()
+        except _BROKER_ERRORS as exc:
+            raise BrokerUnavailable(f"acknowledging message {self.message_id}: {exc!r}") from exc
 
 
 class AmqpBroker:
@@ -279,6 +307,75 @@ class AmqpBroker:
         async with self._guard(f"deleting queue {queue!r}"), self._scratch_channel() as channel:
             await channel.queue_delete(queue)
 
+    # RabbitMQ alone, beyond the port (see the module's docstring)
+
+    async def queue_exists(self, queue: str) -> bool:
+        """Whether ``queue`` has been declared."""
+        async with self._guard(f"looking up queue {queue!r}"):
+            try:
+                async with self._scratch_channel() as channel:
+                    await channel.declare_queue(queue, passive=True)
+            except ChannelNotFoundEntity:
+                return False
+            return True
+
+    async def delete_exchange(self, exchange: str) -> None:
+        """Delete ``exchange`` and its bindings; nothing happens if there is none."""
+        self._known_exchanges.discard(exchange)
+        async with (
+            self._guard(f"deleting exchange {exchange!r}"),
+            self._scratch_channel() as channel,
+        ):
+            await channel.exchange_delete(exchange)
+
+    @contextlib.asynccontextmanager
+    async def holding(self, queue: str) -> AsyncIterator[list[HeldMessage]]:
+        """Every message ready in ``queue``, oldest first, taken and held unacknowledged for
+        the block. One acknowledged is gone; when the block ends, however it ends (the
+        process dies), RabbitMQ hands the others back in their order: reading a queue this
+        way never loses a message."""
+        async with contextlib.AsyncExitStack() as stack:
+            async with self._guard(f"reading queue {queue!r}"):
+                channel = await stack.enter_async_context(self._scratch_channel())
+                declared = await channel.declare_queue(queue, passive=True)
+            held: list[HeldMessage] = []
+            # basic.get hands out the next message not yet taken; the taken ones stay
+            # unacknowledged, so one pass sees every message once. Each get is bounded by
+            # the timeout, not the pass: a long queue takes as long as it takes.
+            while True:
+                async with self._guard(f"reading queue {queue!r}"):
+                    message = await declared.get(no_ack=False, fail=False)
+                if message is None:
+                    break
+                held.append(HeldMessage(message))
+            yield held
+
+    async def republish(
+        self,
+        held: HeldMessage,
+        exchange: str,
+        routing_key: str,
+        *,
+        headers: Mapping[str, object],
+        message_id: str,
+        correlation_id: str | None,
+    ) -> None:
+        """Publish a copy of ``held``'s JSON body with ``headers``: persistent, confirmed by
+        RabbitMQ before this returns, and mandatory, so that a copy no queue takes fails with
+        ``ConfigurationError`` rather than vanishing. ``exchange=""`` sends it straight to the
+        queue ``routing_key``."""
+        await self._check_exchange(exchange)
+        copy = aio_pika.Message(
+            held.body,
+            # The values came from a message RabbitMQ delivered: AMQP field values already.
+            headers=cast(HeadersType, dict(headers)),
+            content_type="application/json",
+            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            message_id=message_id,
+            correlation_id=correlation_id,
+        )
+        await self._send(exchange, routing_key, copy, mandatory=True)
+
     # internals
 
     def _handler(
@@ -349,7 +446,9 @@ class AmqpBroker:
             await self._send(dead_letter_exchange, delivery.routing_key, _message(message, headers))
         await message.ack()
 
-    async def _send(self, exchange: str, routing_key: str, message: aio_pika.Message) -> None:
+    async def _send(
+        self, exchange: str, routing_key: str, message: aio_pika.Message, *, mandatory: bool = False
+    ) -> None:
         async with self._guard(f"publishing to exchange {exchange!r} with key {routing_key!r}"):
             async with self._publisher_lock:
                 if self._publisher is None or self._publisher.is_closed:
@@ -362,8 +461,9 @@ class AmqpBroker:
                 else await channel.get_exchange(exchange, ensure=False)
             )
             try:
-                # Not mandatory: an unroutable message is dropped, as the port says.
-                await target.publish(message, routing_key, mandatory=False)
+                # Not mandatory unless asked: an unroutable message is dropped, as the port
+                # says; a mandatory one comes back instead of the broker's confirm.
+                confirmation = await target.publish(message, routing_key, mandatory=mandatory)
             except ChannelNotFoundEntity as exc:
                 if f"exchange '{exchange}'" not in str(exc):
                     # Another publish's 404 closed the shared channel under this one, which
@@ -371,6 +471,11 @@ class AmqpBroker:
                     raise BrokerUnavailable(f"publish interrupted by {exc}") from exc
                 self._known_exchanges.discard(exchange)
                 raise ConfigurationError(f"exchange {exchange!r} has not been declared") from exc
+            if isinstance(confirmation, DeliveredMessage):
+                raise ConfigurationError(
+                    f"no queue takes routing key {routing_key!r} from exchange {exchange!r}: "
+                    "RabbitMQ returned the message"
+                )
 
     async def _check_exchange(self, name: str) -> None:
         if name in self._known_exchanges:

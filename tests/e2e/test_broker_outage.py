@@ -15,19 +15,14 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
 
-from dlscope.local import (
-    SERVICES,
-    Deployment,
-    eventually,
-    purge_namespace,
-)
-from dlscope.relay import SeverableLink
+from harness.deployment import SERVICES, Deployment, purge_namespace
+from harness.relay import SeverableLink
+from harness.waiting import evaluation_outcome, eventually
 from shared.messages import Topology
 from shared.messaging import create_broker
 from tests.conftest import LIFECYCLE
@@ -111,15 +106,8 @@ async def test_a_broker_outage_costs_no_evaluation(
         await asyncio.sleep(OUTAGE_S - answered_in)
         await link.restore()
 
-        async def finished(evaluation_id: str) -> dict[str, Any] | None:
-            response = await http.get(f"/v1/evaluations/{evaluation_id}")
-            if response.status_code != 200:
-                return None
-            body: dict[str, Any] = response.json()
-            return body if body["status"] in ("completed", "failed") else None
-
         for evaluation_id in ids:
-            evaluation = await eventually(lambda e=evaluation_id: finished(e), timeout=300)
+            evaluation = await evaluation_outcome(http, evaluation_id, timeout=300)
             assert evaluation["status"] == "completed", evaluation["error"]
             events = (await http.get(f"/v1/evaluations/{evaluation_id}/events")).json()
             assert max(Counter(e["event_id"] for e in events).values()) == 1

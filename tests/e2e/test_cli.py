@@ -16,8 +16,9 @@ import httpx
 import pytest
 import yaml
 
-from dlscope.live import parse_line
-from dlscope.local import eventually, free_port
+from dlscope.cli.live import parse_line
+from harness.relay import free_port
+from harness.waiting import eventually
 from shared.config import REPOSITORY_ROOT
 
 pytestmark = pytest.mark.e2e

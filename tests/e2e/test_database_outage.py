@@ -9,20 +9,13 @@ import asyncio
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
 
-from dlscope.local import (
-    SERVICES,
-    Deployment,
-    PrivatePostgres,
-    eventually,
-    private_postgres,
-    private_postgres_missing,
-    purge_namespace,
-)
+from harness.deployment import SERVICES, Deployment, purge_namespace
+from harness.postgres import PrivatePostgres, private_postgres, private_postgres_missing
+from harness.waiting import evaluation_outcome
 from shared.messages import Topology
 from shared.messaging import create_broker
 from tests.conftest import LIFECYCLE
@@ -99,15 +92,8 @@ async def test_a_database_outage_costs_no_event(
         await asyncio.sleep(OUTAGE_S)
         await asyncio.to_thread(postgres.start)
 
-        async def finished(evaluation_id: str) -> dict[str, Any] | None:
-            response = await http.get(f"/v1/evaluations/{evaluation_id}")
-            if response.status_code != 200:
-                return None
-            body: dict[str, Any] = response.json()
-            return body if body["status"] in ("completed", "failed") else None
-
         for evaluation_id in before + during:
-            evaluation = await eventually(lambda e=evaluation_id: finished(e), timeout=180)
+            evaluation = await evaluation_outcome(http, evaluation_id, timeout=180)
             assert evaluation["status"] == "completed", evaluation["error"]
             events = (await http.get(f"/v1/evaluations/{evaluation_id}/events")).json()
             assert [e["type"] for e in events] == LIFECYCLE

@@ -22,16 +22,18 @@ from typing import Any
 import httpx
 import pytest
 
-from dlscope.local import eventually, throwaway_deployment
 from dlscope.zoo import BuiltModel, build_digits
+from harness.deployment import throwaway_deployment
+from harness.waiting import experiment_outcome, models_listed
 from shared.config import REPOSITORY_ROOT
 from shared.eventstore import EventStore
 from shared.messages import evaluation_stream
-from tests.conftest import POSTGRES_ADMIN_DSN, register_model
+from tests.conftest import POSTGRES_ADMIN_DSN, register_model, runnable
 
 pytestmark = [pytest.mark.e2e]
 
-FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow", "opencl")
+# OpenCL only where its device compiles kernels here (see tests.conftest.opencl_problem).
+FRAMEWORKS = runnable(("onnxruntime", "pytorch", "tensorflow", "opencl"))
 # Each member's measurement lasts a while (a second of timed queries, then the accuracy
 # pass): members run together cannot miss each other.
 SCENARIO = {"iterations": 20, "min_duration_s": 1.0, "warmup": 2, "batch_size": 32}
@@ -150,11 +152,7 @@ async def test_a_deployment_measures_the_members_on_one_host_one_at_a_time(
                 registered = await register_model(http, model.manifest.model_dump(mode="json"))
                 assert registered.status_code == 201, registered.text
 
-            async def listed() -> bool:
-                names = {m["name"] for m in (await http.get("/v1/models")).json()}
-                return names >= {model.manifest.name for model in zoo}
-
-            await eventually(listed)
+            await models_listed(http, [model.manifest.name for model in zoo], timeout=60)
 
             fair = await experiment(http, concurrent=False)
             one_at_a_time(await http_leases(http, fair))
@@ -182,11 +180,7 @@ async def experiment(http: httpx.AsyncClient, *, concurrent: bool) -> list[str]:
     response = await http.post("/v1/experiments", json={**body, "concurrent": concurrent})
     assert response.status_code == 202, response.text
 
-    async def compared() -> dict[str, Any] | None:
-        found = (await http.get(f"/v1/experiments/{response.json()['id']}")).json()
-        return found if found.get("status") in ("compared", "failed") else None
-
-    done = await eventually(compared, timeout=300)
+    done = await experiment_outcome(http, response.json()["id"], timeout=300)
     assert done["status"] == "compared", done["error"]
     assert done["comparison"]["failures"] == []
     assert {m["framework"] for m in done["members"]} == set(FRAMEWORKS)

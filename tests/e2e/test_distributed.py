@@ -15,7 +15,8 @@ import httpx
 import orjson
 import pytest
 
-from dlscope.local import SERVICES, Deployment, eventually, fresh_database, purge_namespace
+from harness.deployment import SERVICES, Deployment, fresh_database, purge_namespace
+from harness.waiting import evaluation_outcome, eventually
 from tests.conftest import LIFECYCLE, POSTGRES_ADMIN_DSN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.postgres]
@@ -54,16 +55,7 @@ async def http(deployment: Deployment) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def completed(http: httpx.AsyncClient, evaluation_id: str) -> dict[str, Any]:
-    async def terminal() -> dict[str, Any] | None:
-        response = await http.get(f"/v1/evaluations/{evaluation_id}")
-        body: dict[str, Any] = response.json()
-        return (
-            body
-            if response.status_code == 200 and body["status"] in ("completed", "failed")
-            else None
-        )
-
-    evaluation: dict[str, Any] = await eventually(terminal)
+    evaluation = await evaluation_outcome(http, evaluation_id, timeout=60)
     assert evaluation["status"] == "completed", evaluation["error"]
     return evaluation
 
@@ -172,7 +164,7 @@ async def test_killing_and_restarting_the_recorder_loses_no_event(
                 and orjson.loads(message.body)["correlation_id"] == evaluation_id
             )
 
-        await eventually(finished)
+        await eventually(finished, timeout=60)
         # ... its events wait in the recorder's durable queue, and nothing was recorded.
         backlog = await channel.declare_queue(f"{deployment.namespace}.recorder", passive=True)
         assert backlog.declaration_result.message_count >= len(LIFECYCLE)
@@ -237,5 +229,5 @@ async def test_the_services_recover_when_the_broker_drops_every_connection(
         body: dict[str, Any] = response.json()
         return body if response.status_code == 202 else None
 
-    evaluation = await completed(http, (await eventually(accepted))["id"])
+    evaluation = await completed(http, (await eventually(accepted, timeout=60))["id"])
     assert evaluation["result"]["count"] == 3

@@ -13,7 +13,7 @@ from pathlib import Path
 import aio_pika
 import pytest
 
-from dlscope.local import purge_namespace
+from harness.deployment import purge_namespace
 from shared.config import REPOSITORY_ROOT, Settings
 from shared.messages import Envelope, EvaluationFailed, Topology, encode, evaluation_stream
 from shared.messaging import Bus
@@ -234,3 +234,20 @@ async def test_a_letter_goes_back_to_the_queue_that_refused_it_alone(
     assert "x-dlscope-queue" not in message.headers
     assert await analyzer.get(fail=False, no_ack=True) is None
     assert await deployment.depth() == 0
+
+
+async def test_a_letter_no_queue_would_take_stays_in_the_dead_letters(
+    deployment: Deployment,
+) -> None:
+    # Given a dead event that says no queue it came from, and nothing bound to its key
+    event = failed(uuid.uuid4())
+    await deployment.dead_letter("evaluation.failed", encode(event), "StoreUnavailable")
+
+    # When it is replayed to the events exchange, which routes it nowhere
+    replayed = dlscope(deployment.env, "dlq", "replay", str(event.event_id))
+
+    # Then the replay fails saying why, and the letter is still there to replay later
+    assert replayed.returncode == 1
+    assert "no queue takes routing key 'evaluation.failed'" in replayed.stderr
+    assert "Traceback" not in replayed.stderr
+    assert await deployment.depth() == 1

@@ -19,15 +19,17 @@ from typing import Any
 import httpx
 import pytest
 
-from dlscope.local import Deployment, eventually, throwaway_deployment
 from dlscope.zoo import BuiltModel, build_digits
+from harness.deployment import Deployment, throwaway_deployment
+from harness.waiting import experiment_outcome, models_listed
 from shared.config import REPOSITORY_ROOT
-from tests.conftest import POSTGRES_ADMIN_DSN, register_model
+from tests.conftest import POSTGRES_ADMIN_DSN, register_model, runnable
 
 pytestmark = [pytest.mark.e2e]
 
 # The three exports of the digits CNN, and dlscope's OpenCL engine running the ONNX one.
-FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow", "opencl")
+# OpenCL only where its device compiles kernels here (see tests.conftest.opencl_problem).
+FRAMEWORKS = runnable(("onnxruntime", "pytorch", "tensorflow", "opencl"))
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +50,7 @@ def dlscope(environment: dict[str, str], *arguments: str) -> subprocess.Complete
 
 
 async def compared(http: httpx.AsyncClient, experiment_id: str) -> dict[str, Any]:
-    async def done() -> dict[str, Any] | None:
-        response = await http.get(f"/v1/experiments/{experiment_id}")
-        body: dict[str, Any] = response.json()
-        ended = response.status_code == 200 and body["status"] in ("compared", "failed")
-        return body if ended else None
-
-    experiment: dict[str, Any] = await eventually(done, timeout=240)
+    experiment = await experiment_outcome(http, experiment_id, timeout=240)
     assert experiment["status"] == "compared", experiment["error"]
     return experiment
 
@@ -77,11 +73,7 @@ async def test_one_http_request_evaluates_the_digits_model_on_every_cpu_framewor
 
             # Registered is not yet listed: the read model follows once the recorder has
             # stored the registrations, and the experiment finds exports in the read model.
-            async def all_listed() -> bool:
-                names = {m["name"] for m in (await http.get("/v1/models")).json()}
-                return names >= {model.manifest.name for model in zoo}
-
-            await eventually(all_listed)
+            await models_listed(http, [model.manifest.name for model in zoo], timeout=60)
             response = await http.post(
                 "/v1/experiments",
                 json={

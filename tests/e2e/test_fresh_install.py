@@ -19,19 +19,18 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from dlscope.local import (
+from harness.deployment import (
     SERVICES,
     Deployment,
     copy_package_sources,
-    eventually,
     fresh_database,
     purge_namespace,
 )
+from harness.waiting import evaluation_outcome
 from services.workers.predictors import framework_module
 from tests.conftest import POSTGRES_ADMIN_DSN
 
@@ -246,13 +245,7 @@ async def test_a_worker_from_the_onnxruntime_install_serves_a_deployment(
             },
         )
         assert response.status_code == 202, response.text
-        evaluation_id = response.json()["id"]
-
-        async def outcome() -> dict[str, Any] | None:
-            body: dict[str, Any] = (await http.get(f"/v1/evaluations/{evaluation_id}")).json()
-            return body if body.get("status") in ("completed", "failed") else None
-
-        evaluation = await eventually(outcome, timeout=180)
+        evaluation = await evaluation_outcome(http, response.json()["id"], timeout=180)
     assert evaluation["status"] == "completed", evaluation.get("error")
     assert evaluation["agent_id"] == agent_id
     assert evaluation["result"]["count"] == 20

@@ -16,7 +16,8 @@ import httpx
 import psutil
 import pytest
 
-from dlscope.local import SERVICES, Deployment, eventually, fresh_database, purge_namespace
+from harness.deployment import SERVICES, Deployment, fresh_database, purge_namespace
+from harness.waiting import evaluation_outcome, eventually
 from tests.conftest import POSTGRES_ADMIN_DSN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.postgres]
@@ -103,18 +104,14 @@ async def test_a_worker_frozen_past_its_failure_records_its_result_as_late(
             return (await evaluation()).get("status") == "running"
 
         # Given the worker caught mid-evaluation and frozen, with its framework process
-        await eventually(running)
+        await eventually(running, timeout=60)
         frozen = _tree(one_worker, "worker-a")
         assert len(frozen) >= 2, "the worker and its framework process"
         for process in frozen:
             process.send_signal(signal.SIGSTOP)
         try:
             # When the scheduler declares it offline: the evaluation fails (no other worker)
-            async def failed() -> dict[str, Any] | None:
-                body = await evaluation()
-                return body if body["status"] in ("completed", "failed") else None
-
-            outcome = await eventually(failed, timeout=30)
+            outcome = await evaluation_outcome(http, evaluation_id, timeout=30)
         finally:
             # and the worker is resumed
             for process in frozen:

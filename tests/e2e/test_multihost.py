@@ -1,4 +1,4 @@
-"""dlscope on three hosts, simulated with Linux network namespaces (``dlscope.multihost``):
+"""dlscope on three hosts, simulated with Linux network namespaces (``harness.multihost``):
 each host has its own name, network and view of the files, and reaches the control plane
 only over its link. One experiment fans out to every host at once and compares them; a host
 cut off mid-job is noticed by its missed heartbeats and its member fails with the reason
@@ -22,8 +22,8 @@ import orjson
 import pytest
 import yaml
 
-from dlscope.local import eventually
-from dlscope.multihost import Fleet, fleet, hosts_missing
+from harness.multihost import Fleet, fleet, hosts_missing
+from harness.waiting import eventually
 from shared.artifacts import locate
 from shared.config import REPOSITORY_ROOT
 from tests.conftest import POSTGRES_ADMIN_DSN, register_model
@@ -67,7 +67,7 @@ async def _ready_with_model(running: Fleet) -> None:
         async def listed() -> bool:
             return (await http.get(f"/v1/models/{MODEL}/1.0.0")).status_code == 200
 
-        await eventually(listed)
+        await eventually(listed, timeout=60)
 
 
 @pytest.fixture
@@ -157,7 +157,7 @@ async def test_one_experiment_fans_out_to_every_host_and_compares_them(
         agents = (await http.get("/v1/agents")).json()
         return agents if all(a["state"] == "online" for a in agents) else None
 
-    fleet_now = {a["host"]: a for a in await eventually(idle)}
+    fleet_now = {a["host"]: a for a in await eventually(idle, timeout=60)}
     assert set(fleet_now) == {r["host"] for r in results}
     for result in results:
         agent = fleet_now[result["host"]]
@@ -226,13 +226,13 @@ async def test_a_host_cut_off_mid_job_fails_its_member_and_the_rest_is_compared(
     async def started() -> bool:
         return any(e["type"].endswith("started") for e in await events(http, lost["evaluation_id"]))
 
-    await eventually(started)
+    await eventually(started, timeout=60)
 
     async def busy() -> Any:
         agents = {a["agent_id"]: a for a in (await http.get("/v1/agents")).json()}
         return agents[lost["agent_id"]] if agents[lost["agent_id"]]["state"] == "busy" else None
 
-    assert (await eventually(busy))["current_job"] == lost["evaluation_id"]
+    assert (await eventually(busy, timeout=60))["current_job"] == lost["evaluation_id"]
     running.hosts.cut(victim)
     cut_at = time.monotonic()
 

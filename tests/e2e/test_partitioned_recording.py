@@ -10,7 +10,8 @@ import aio_pika
 import pytest
 
 from bench.recorder_throughput import evaluation_events
-from dlscope.local import Deployment, eventually, purge_namespace, throwaway_deployment
+from harness.deployment import Deployment, purge_namespace, throwaway_deployment
+from harness.waiting import eventually
 from shared.config import Settings
 from shared.eventstore import EventStore
 from shared.messages import Envelope, Topology, encode
@@ -93,7 +94,7 @@ async def test_two_recorders_store_every_event_once_and_every_stream_in_order(
         states = await _queue_states(deployment)
         return states is not None and all(consumers == 1 for _, consumers in states)
 
-    await eventually(consumed)
+    await eventually(consumed, timeout=60)
     deployment.stop_all()
 
     # when events of many streams are published through the bus, and some straight to
@@ -116,13 +117,13 @@ async def test_two_recorders_store_every_event_once_and_every_stream_in_order(
         async def all_stored() -> bool:
             return await store.count_events() >= published
 
-        await eventually(all_stored)
+        await eventually(all_stored, timeout=60)
 
         async def drained() -> bool:
             states = await _queue_states(deployment)
             return states is not None and all(ready == 0 for ready, _ in states)
 
-        await eventually(drained)
+        await eventually(drained, timeout=60)
         assert await store.count_events() == published
         for events in [*streams, raw[0:5], raw[5:10], raw[10:15]]:
             stored = await store.stream_events(events[0].stream_id)

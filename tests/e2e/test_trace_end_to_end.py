@@ -21,15 +21,10 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from dlscope.local import (
-    Deployment,
-    eventually,
-    fresh_database,
-    purge_namespace,
-    throwaway_deployment,
-)
 from dlscope.zoo import build_digits
-from tests.conftest import POSTGRES_ADMIN_DSN, register_model
+from harness.deployment import Deployment, fresh_database, purge_namespace, throwaway_deployment
+from harness.waiting import evaluation_outcome, eventually, models_listed
+from tests.conftest import POSTGRES_ADMIN_DSN, register_model, runnable
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.postgres]
 
@@ -171,12 +166,7 @@ async def test_resnet50_at_framework_level_is_one_trace_down_to_its_nodes(
     )
     assert response.status_code == 202, response.text
     accepted = response.json()
-
-    async def settled() -> dict[str, Any] | None:
-        got = (await http.get(f"/v1/evaluations/{accepted['id']}")).json()
-        return got if got.get("status") in ("completed", "failed") else None
-
-    evaluation = await eventually(settled, timeout=240)
+    evaluation = await evaluation_outcome(http, accepted["id"], timeout=240)
     assert evaluation["status"] == "completed", evaluation["error"]
     assert evaluation["trace_id"] == accepted["trace_id"]
 
@@ -229,13 +219,15 @@ async def test_resnet50_at_framework_level_is_one_trace_down_to_its_nodes(
     assert layers["passes"][0]["layers_total"] == len(found) // 2
 
 
-# The digits CNN's exports, and dlscope's OpenCL engine running the ONNX one.
-DIGITS = {
+# The digits CNN's exports, and dlscope's OpenCL engine running the ONNX one (where its
+# device compiles kernels here: see tests.conftest.opencl_problem).
+EXPORTS = {
     "onnxruntime": "digits-cnn",
     "pytorch": "digits-cnn-torch",
     "tensorflow": "digits-cnn-tf",
     "opencl": "digits-cnn",
 }
+DIGITS = {framework: EXPORTS[framework] for framework in runnable(tuple(EXPORTS))}
 
 
 async def test_the_digits_cnn_is_traced_to_its_layers_on_four_frameworks_which_line_up(
@@ -256,11 +248,7 @@ async def test_the_digits_cnn_is_traced_to_its_layers_on_four_frameworks_which_l
                 body = model.manifest.model_dump(mode="json")
                 assert (await register_model(http, body)).status_code == 201
 
-            async def listed() -> bool:
-                names = {m["name"] for m in (await http.get("/v1/models")).json()}
-                return names >= set(DIGITS.values())
-
-            await eventually(listed)
+            await models_listed(http, DIGITS.values(), timeout=60)
             accepted = {}
             for framework, model in DIGITS.items():
                 response = await http.post(
@@ -277,12 +265,7 @@ async def test_the_digits_cnn_is_traced_to_its_layers_on_four_frameworks_which_l
                 accepted[framework] = response.json()
 
             for framework, answer in accepted.items():
-
-                async def settled(answer: dict[str, Any] = answer) -> dict[str, Any] | None:
-                    got = (await http.get(f"/v1/evaluations/{answer['id']}")).json()
-                    return got if got.get("status") in ("completed", "failed") else None
-
-                evaluation = await eventually(settled, timeout=240)
+                evaluation = await evaluation_outcome(http, answer["id"], timeout=240)
                 assert evaluation["status"] == "completed", (framework, evaluation["error"])
 
                 async def rooted(trace_id: str = answer["trace_id"]) -> list[Span] | None:

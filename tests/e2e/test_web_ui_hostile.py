@@ -24,7 +24,8 @@ import httpx
 import pytest
 import yaml
 
-from dlscope.local import Deployment, eventually, throwaway_deployment
+from harness.deployment import Deployment, throwaway_deployment
+from harness.waiting import eventually
 from shared.config import REPOSITORY_ROOT
 from tests.conftest import POSTGRES_ADMIN_DSN
 from tests.e2e.browser import (
@@ -85,7 +86,7 @@ async def deployment(rabbitmq_url: str) -> AsyncIterator[Deployment]:
                 versions = (await http.get(f"/v1/models/{HOSTILE}")).json()
                 return any(v.get("deprecated") for v in versions) and len(versions) == 2
 
-            await eventually(listed)
+            await eventually(listed, timeout=60)
         yield deployment
 
 

@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from dlscope.local import SERVICES, Deployment, eventually, fresh_database, purge_namespace
+from harness.deployment import SERVICES, Deployment, fresh_database, purge_namespace
+from harness.waiting import evaluation_outcome, eventually
 from tests.conftest import POSTGRES_ADMIN_DSN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq, pytest.mark.postgres]
@@ -61,7 +62,7 @@ async def _two_online(deployment: Deployment) -> None:
                 "agent-b",
             }
 
-        await eventually(both)
+        await eventually(both, timeout=60)
 
 
 async def _events(http: httpx.AsyncClient, evaluation_id: str) -> list[dict[str, Any]]:
@@ -98,17 +99,13 @@ async def test_a_worker_killed_mid_evaluation_loses_nothing(two_workers: Deploym
             ]
             return started[0] if started else None
 
-        first = await eventually(first_start)
+        first = await eventually(first_start, timeout=60)
         victim = first["payload"]["agent_id"]
         assert first["payload"]["attempt"] == 1
         two_workers.kill("worker-a" if victim == "agent-a" else "worker-b")
         killed_at = time.monotonic()
 
-        async def outcome() -> dict[str, Any] | None:
-            body: dict[str, Any] = (await http.get(f"/v1/evaluations/{evaluation_id}")).json()
-            return body if body["status"] in ("completed", "failed") else None
-
-        evaluation = await eventually(outcome, timeout=BOUND_S)
+        evaluation = await evaluation_outcome(http, evaluation_id, timeout=BOUND_S)
         elapsed = time.monotonic() - killed_at
         print(f"worker killed -> evaluation {evaluation['status']} in {elapsed:.1f} s")
         assert evaluation["status"] == "completed", evaluation["error"]

@@ -3,9 +3,8 @@ the embedded stack (memory broker, SQLite) or on RabbitMQ + PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,8 @@ import httpx
 import pytest
 
 from dlscope.embedded import all_services
-from dlscope.local import purge_namespace
+from harness.deployment import purge_namespace
+from harness.waiting import evaluation_outcome, eventually
 from shared.config import Settings
 from shared.messaging import create_broker
 from shared.runtime import Runtime, Service, running
@@ -25,12 +25,6 @@ class Stack:
         self.runtime = runtime
         self.http = http
         self.services = services
-
-    async def eventually(self, probe: Callable[[], Awaitable[Any]]) -> Any:
-        async with asyncio.timeout(30):
-            while not (value := await probe()):
-                await asyncio.sleep(0.05)
-            return value
 
     async def listed(self, name: str, version: str) -> bool:
         response = await self.http.get(f"/v1/models/{name}")
@@ -48,19 +42,7 @@ class Stack:
             },
         )
         assert response.status_code == 202, response.text
-        evaluation_id = response.json()["id"]
-
-        async def outcome() -> dict[str, Any] | None:
-            got = await self.http.get(f"/v1/evaluations/{evaluation_id}")
-            body: dict[str, Any] = got.json()
-            return (
-                body
-                if got.status_code == 200 and body["status"] in ("completed", "failed")
-                else None
-            )
-
-        result: dict[str, Any] = await self.eventually(outcome)
-        return result
+        return await evaluation_outcome(self.http, response.json()["id"])
 
 
 # The two stacks every such test runs on: in-process, and the real services.
@@ -102,7 +84,7 @@ async def started_stack(settings: Settings, *, embedded: bool) -> AsyncIterator[
                 base_url=f"http://127.0.0.1:{port}", timeout=30, headers=headers
             ) as http:
                 stack = Stack(runtime, http, services)
-                await stack.eventually(lambda: stack.listed("squeezenet", "1.0.1"))
+                await eventually(lambda: stack.listed("squeezenet", "1.0.1"))
                 yield stack
     finally:
         await runtime.close()

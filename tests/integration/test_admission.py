@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from dlscope.dead_letters import DeadLetter, DeadLetterQueue
+from harness.waiting import eventually
 from shared.eventstore import EventStore
 from shared.eventstore.quarantine import find_inadmissible
 from shared.messages import Payload, Topology
@@ -186,7 +187,7 @@ async def test_a_dead_letter_replayed_after_the_fix_is_stored_once(
                 found = [e.event_id for e in await store.stream_events("flood-1")]
                 return found if after in found else []
 
-            assert await stack.eventually(stored) == [event_id, after]
+            assert await eventually(stored) == [event_id, after]
         # and the dead-letter queue no longer holds it
         async with DeadLetterQueue(rabbitmq_url, Topology(namespace)) as queue:
             assert queue.select([str(event_id)]) == []

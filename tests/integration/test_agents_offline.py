@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from dlscope.embedded import all_services
-from dlscope.local import purge_namespace
+from harness.deployment import purge_namespace
+from harness.waiting import evaluation_outcome, eventually
 from services.scheduler import SchedulerService
 from shared.config import Settings
 from shared.eventstore import EvaluationView, EventStore, StoredEvent
@@ -50,12 +51,6 @@ class Stack:
     bus: Bus
     scheduler: SchedulerService
     settings: Settings
-
-    async def eventually(self, probe: Any) -> Any:
-        async with asyncio.timeout(30):
-            while not (value := await probe()):
-                await asyncio.sleep(0.05)
-            return value
 
     async def say(self, payload: AgentOnline | AgentHeartbeat) -> None:
         await self.bus.publish(
@@ -112,7 +107,7 @@ async def test_a_silent_agent_is_declared_offline_once_and_comes_back_with_a_hea
         )
     )
     # Then the scheduler declares it offline, and the read model shows it
-    assert await stack.eventually(lambda: _is(stack, "offline"))
+    assert await eventually(lambda: _is(stack, "offline"))
     # Several sweeps later it has still been declared only once (nothing to await: the
     # point is that nothing more happens).
     await asyncio.sleep(5 * HEARTBEAT_S)
@@ -129,12 +124,12 @@ async def test_a_silent_agent_is_declared_offline_once_and_comes_back_with_a_hea
 
     beating = asyncio.create_task(beat())
     try:
-        assert await stack.eventually(lambda: _is(stack, "online"))
-        assert await stack.eventually(lambda: _schedulable(stack))
+        assert await eventually(lambda: _is(stack, "online"))
+        assert await eventually(lambda: _schedulable(stack))
     finally:
         beating.cancel()
     # And silent again, offline again
-    assert await stack.eventually(lambda: _is(stack, "offline"))
+    assert await eventually(lambda: _is(stack, "offline"))
     types = [t for t, _ in await stack.stored()]
     # (A heartbeat more than 0.6 s late on a loaded machine is a lapse too: at least two.)
     assert types[-1] == "agent.offline"
@@ -187,7 +182,7 @@ class Worker:
                 await self.say(AgentHeartbeat(agent_id=self.agent_id, busy=False))
 
         self.beating = asyncio.create_task(beat())
-        await self.stack.eventually(lambda: _online(self.stack, self.agent_id))
+        await eventually(lambda: _online(self.stack, self.agent_id))
 
     def die(self) -> None:
         """kill -9: not another word from it."""
@@ -245,7 +240,7 @@ class Worker:
 @pytest.fixture
 async def workers(stack: Stack) -> AsyncIterator[list[Worker]]:
     """Two workers of one kind, online; the model they run is registered."""
-    await stack.eventually(lambda: _listed(stack, "squeezenet"))
+    await eventually(lambda: _listed(stack, "squeezenet"))
     found = [Worker(stack, "ghost", "gone"), Worker(stack, "twin", "alive")]
     for worker in found:
         await worker.come_online()
@@ -263,7 +258,7 @@ async def submit(stack: Stack, **extra: Any) -> tuple[uuid.UUID, Envelope]:
     )
     assert response.status_code == 202, response.text
     evaluation_id = uuid.UUID(response.json()["id"])
-    await stack.eventually(lambda: _known_to_scheduler(stack, evaluation_id))
+    await eventually(lambda: _known_to_scheduler(stack, evaluation_id))
     # Not published: the message the worker's events are caused by (the real job carries
     # the whole manifest, which does not matter here).
     job = Envelope.wrap(
@@ -282,16 +277,16 @@ async def test_an_agent_lost_mid_evaluation_fails_it_at_once_when_no_other_can_t
     ghost, twin = workers
     # Given the only other worker of the kind has gone, and the ghost runs an evaluation
     twin.die()
-    await stack.eventually(lambda: _offline(stack, "twin"))
+    await eventually(lambda: _offline(stack, "twin"))
     evaluation_id, job = await submit(stack)
     await ghost.start(job, evaluation_id, attempt=1)
-    await stack.eventually(lambda: _running_on(stack, evaluation_id, "ghost"))
+    await eventually(lambda: _running_on(stack, evaluation_id, "ghost"))
 
     # When the ghost is killed
     ghost.die()
 
     # Then the evaluation fails as soon as the ghost is declared offline, naming it and why
-    view = await stack.eventually(lambda: _ended(stack, evaluation_id))
+    view = await evaluation_outcome(stack.http, evaluation_id)
     assert view["status"] == "failed"
     assert view["error"] == (
         "agent: agent ghost on host gone went offline (missed 3 heartbeats (one every 0.2 s)) "
@@ -309,11 +304,11 @@ async def test_an_evaluation_pinned_to_a_lost_agent_fails_at_once(
     # Given an evaluation pinned to the ghost, while the twin is alive
     evaluation_id, job = await submit(stack, agent_id="ghost")
     await ghost.start(job, evaluation_id, attempt=1)
-    await stack.eventually(lambda: _running_on(stack, evaluation_id, "ghost"))
+    await eventually(lambda: _running_on(stack, evaluation_id, "ghost"))
 
     # When the ghost is killed, then no other agent may take the job: failed at once
     ghost.die()
-    view = await stack.eventually(lambda: _ended(stack, evaluation_id))
+    view = await evaluation_outcome(stack.http, evaluation_id)
     assert view["status"] == "failed"
     assert view["error"].startswith("agent: agent ghost on host gone went offline (missed 3")
     assert view["error"].endswith("the job was pinned to ghost, so no other agent can take it up")
@@ -326,21 +321,21 @@ async def test_a_second_attempt_on_another_agent_keeps_the_evaluation_alive(
     # Given an evaluation the ghost started
     evaluation_id, job = await submit(stack)
     await ghost.start(job, evaluation_id, attempt=1)
-    await stack.eventually(lambda: _running_on(stack, evaluation_id, "ghost"))
+    await eventually(lambda: _running_on(stack, evaluation_id, "ghost"))
 
     # When the ghost is killed, the scheduler waits for another agent to take the job up
     ghost.die()
-    await stack.eventually(lambda: _waiting(stack, evaluation_id))
+    await eventually(lambda: _waiting(stack, evaluation_id))
     # and the broker's redelivery reaches the twin, which starts attempt 2 and measures
     await twin.start(job, evaluation_id, attempt=2)
-    await stack.eventually(lambda: _running_on(stack, evaluation_id, "twin"))
+    await eventually(lambda: _running_on(stack, evaluation_id, "twin"))
     assert evaluation_id not in stack.scheduler.waiting
     await twin.measure(job, evaluation_id, attempt=2)
 
     # Then the evaluation completes, on the twin, in its second attempt
-    view = await stack.eventually(lambda: _ended(stack, evaluation_id))
+    view = await evaluation_outcome(stack.http, evaluation_id)
     assert view["status"] == "completed", view["error"]
-    stored = await stack.eventually(lambda: _stored_view(stack, evaluation_id))
+    stored = await eventually(lambda: _stored_view(stack, evaluation_id))
     assert (stored.attempts, stored.agent_id, stored.host) == (2, "twin", "alive")
     assert stored.environment == {"host": "alive", "cpu": "the CPU of alive"}
     # and both attempts are in its history, each with where it ran
@@ -360,13 +355,13 @@ async def test_a_job_no_other_agent_takes_up_in_the_grace_period_fails_with_the_
     # Given an evaluation the ghost started, and the twin alive (and idle)
     evaluation_id, job = await submit(stack)
     await ghost.start(job, evaluation_id, attempt=1)
-    await stack.eventually(lambda: _running_on(stack, evaluation_id, "ghost"))
+    await eventually(lambda: _running_on(stack, evaluation_id, "ghost"))
 
     # When the ghost is killed and no second attempt starts
     ghost.die()
 
     # Then, after the grace period (3 heartbeats), the evaluation fails with the reason
-    view = await stack.eventually(lambda: _ended(stack, evaluation_id))
+    view = await evaluation_outcome(stack.http, evaluation_id)
     assert view["status"] == "failed"
     assert view["error"].startswith(
         "agent: agent ghost on host gone went offline (missed 3 heartbeats (one every 0.2 s)) "
@@ -399,12 +394,6 @@ async def _running_on(stack: Stack, evaluation_id: uuid.UUID, agent_id: str) -> 
 
 async def _waiting(stack: Stack, evaluation_id: uuid.UUID) -> bool:
     return evaluation_id in stack.scheduler.waiting
-
-
-async def _ended(stack: Stack, evaluation_id: uuid.UUID) -> dict[str, Any] | None:
-    got = await stack.http.get(f"/v1/evaluations/{evaluation_id}")
-    body: dict[str, Any] = got.json()
-    return body if got.status_code == 200 and body["status"] in ("completed", "failed") else None
 
 
 async def _stored_view(stack: Stack, evaluation_id: uuid.UUID) -> EvaluationView | None:

@@ -10,11 +10,11 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from dlscope.local import eventually, purge_namespace
+from harness.deployment import purge_namespace
+from harness.waiting import eventually
 from services.analyzer import AnalyzerService
 from services.recorder import RecorderService
 from shared.eventstore import EventStore, ExperimentView
@@ -45,9 +45,6 @@ class Stack:
     bus: Bus
     store: EventStore
     analyzer: AnalyzerService
-
-    async def eventually(self, probe: Any) -> Any:
-        return await eventually(probe, timeout=30)
 
     async def restart_analyzer(self) -> None:
         await self.analyzer.stop()
@@ -214,7 +211,7 @@ async def test_members_that_end_before_and_after_a_restart_are_compared_once(
     experiment = Experiment(stack)
     await experiment.scheduled()
     await experiment.completed(0)
-    await stack.eventually(lambda: experiment.followed_with(outcomes=1))
+    await eventually(lambda: experiment.followed_with(outcomes=1))
 
     # When the analyzer restarts, and the second member fails after that
     await stack.restart_analyzer()
@@ -222,7 +219,7 @@ async def test_members_that_end_before_and_after_a_restart_are_compared_once(
     await experiment.failed(1, reason="agent pytorch-1 on host bench-1 went offline")
 
     # Then the experiment is compared, with both members as they ended, once
-    view = await stack.eventually(experiment.compared)
+    view = await eventually(experiment.compared)
     comparison = view.compared()
     assert comparison is not None
     assert comparison.complete is True
@@ -242,7 +239,7 @@ async def test_members_that_all_ended_before_a_restart_are_compared_on_start(
     experiment = Experiment(stack)
     await experiment.scheduled()
     await experiment.completed(0)
-    await stack.eventually(lambda: experiment.followed_with(outcomes=1))
+    await eventually(lambda: experiment.followed_with(outcomes=1))
     await stack.analyzer.stop()
     await experiment.completed(1)
 
@@ -250,7 +247,7 @@ async def test_members_that_all_ended_before_a_restart_are_compared_on_start(
         stored = await stack.store.get_evaluations([m.evaluation_id for m in experiment.members])
         return sum(v.status == "completed" for v in stored) == 2
 
-    await stack.eventually(recorded)
+    await eventually(recorded)
 
     # When the analyzer starts again
     stack.analyzer = AnalyzerService(stack.runtime)
@@ -258,7 +255,7 @@ async def test_members_that_all_ended_before_a_restart_are_compared_on_start(
 
     # Then it compares the experiment, once, though the last outcome came both from the
     # store and from its queue
-    view = await stack.eventually(experiment.compared)
+    view = await eventually(experiment.compared)
     comparison = view.compared()
     assert comparison is not None
     assert comparison.complete is True
@@ -271,13 +268,13 @@ async def test_a_restarted_analyzer_keeps_the_experiment_s_deadline(stack: Stack
     experiment = Experiment(stack, deadline_s=2.0)
     await experiment.scheduled()
     await experiment.completed(0)
-    await stack.eventually(lambda: experiment.followed_with(outcomes=1))
+    await eventually(lambda: experiment.followed_with(outcomes=1))
 
     # When the analyzer restarts before the deadline
     await stack.restart_analyzer()
 
     # Then at the deadline it compares what finished; the other member is missing
-    view = await stack.eventually(experiment.compared)
+    view = await eventually(experiment.compared)
     comparison = view.compared()
     assert comparison is not None
     assert comparison.complete is False

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.waiting import evaluation_outcome
 from services.workers.devices import cpu_device
 from services.workers.leases import DeviceLeases
 from tests.integration.conftest import STACKS, Stack, stack_settings, started_stack
@@ -119,14 +120,7 @@ async def test_a_job_whose_device_never_comes_fails_in_time_saying_what_it_waite
     other = uuid.uuid4()
     async with holding_the_cpu(stack, other):
         evaluation_id = await submit(stack)
-
-        async def outcome() -> dict[str, Any] | None:
-            body: dict[str, Any] = (await stack.http.get(f"/v1/evaluations/{evaluation_id}")).json()
-            return body if body.get("status") in ("completed", "failed") else None
-
-        async with asyncio.timeout(TIMEOUT_S + 20):
-            while (evaluation := await outcome()) is None:
-                await asyncio.sleep(0.1)
+        evaluation = await evaluation_outcome(stack.http, evaluation_id, timeout=TIMEOUT_S + 20)
     assert evaluation["status"] == "failed"
     error = evaluation["error"]
     # The worker's failure, before the scheduler's own deadline: it names the device and
@@ -158,14 +152,7 @@ async def test_a_concurrent_evaluation_takes_no_lease_is_labelled_and_told_so(
         # One evaluation has no members to run beside: the answer says what the flag does.
         (warning,) = accepted["warnings"]
         assert "only skips the device lease" in warning
-
-        async def outcome() -> dict[str, Any] | None:
-            body: dict[str, Any] = (
-                await stack.http.get(f"/v1/evaluations/{accepted['id']}")
-            ).json()
-            return body if body.get("status") in ("completed", "failed") else None
-
-        evaluation = await stack.eventually(outcome)
+        evaluation = await evaluation_outcome(stack.http, accepted["id"])
     assert evaluation["status"] == "completed", evaluation["error"]
     reasons = {r["code"]: r for r in evaluation["result"]["verdict"]["reasons"]}
     assert reasons["measured_under_contention"]["severity"] == "warning"

@@ -24,8 +24,9 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from dlscope.embedded import all_services
-from dlscope.local import purge_namespace
 from dlscope.zoo.export import export_torchscript
+from harness.deployment import purge_namespace
+from harness.waiting import evaluation_outcome, eventually, experiment_outcome
 from services.scheduler import SchedulerService
 from shared.config import REPOSITORY_ROOT, Settings
 from shared.datasets import load_dataset
@@ -48,7 +49,6 @@ from tests.conftest import register_model
 from tests.integration.conftest import Stack
 
 DIGITS_MANIFEST = REPOSITORY_ROOT / "manifests" / "datasets" / "digits.yaml"
-TERMINAL = ("compared", "failed")
 
 
 def fit_linear_classifier() -> tuple[np.ndarray, np.ndarray]:
@@ -159,8 +159,8 @@ async def stack(
                     body = manifest(name, framework, model_files[file])
                     response = await register_model(http, body)
                     assert response.status_code == 201, response.text
-                await stack.eventually(lambda: frameworks_online(stack, {"onnxruntime", "pytorch"}))
-                await stack.eventually(lambda: stack.listed("linear-torch", "1.0.0"))
+                await eventually(lambda: frameworks_online(stack, {"onnxruntime", "pytorch"}))
+                await eventually(lambda: stack.listed("linear-torch", "1.0.0"))
                 yield stack
     finally:
         await runtime.close()
@@ -176,15 +176,7 @@ async def frameworks_online(stack: Stack, frameworks: set[str]) -> bool:
 async def run_experiment(stack: Stack, **body: Any) -> dict[str, Any]:
     response = await stack.http.post("/v1/experiments", json=body)
     assert response.status_code == 202, response.text
-    experiment_id = response.json()["id"]
-
-    async def outcome() -> dict[str, Any] | None:
-        got = await stack.http.get(f"/v1/experiments/{experiment_id}")
-        found: dict[str, Any] = got.json()
-        return found if got.status_code == 200 and found["status"] in TERMINAL else None
-
-    result: dict[str, Any] = await stack.eventually(outcome)
-    return result
+    return await experiment_outcome(stack.http, response.json()["id"])
 
 
 SCENARIO = {"iterations": 5, "min_duration_s": 0, "warmup": 1, "batch_size": 32}
@@ -206,11 +198,7 @@ async def test_one_request_evaluates_the_model_on_every_framework_and_compares_t
     ]
     assert accepted["status_url"].endswith(f"/v1/experiments/{accepted['id']}")
 
-    async def compared() -> dict[str, Any] | None:
-        found: dict[str, Any] = (await stack.http.get(f"/v1/experiments/{accepted['id']}")).json()
-        return found if found.get("status") in TERMINAL else None
-
-    experiment = await stack.eventually(compared)
+    experiment = await experiment_outcome(stack.http, accepted["id"])
     assert experiment["status"] == "compared", experiment["error"]
     assert [m["framework"] for m in experiment["members"]] == ["onnxruntime", "pytorch"]
     assert {m["status"] for m in experiment["members"]} == {"completed"}
@@ -283,7 +271,7 @@ async def test_a_framework_whose_worker_is_missing_is_skipped_and_named(
     # A third export, for a framework no worker here runs.
     body = manifest("linear-tf", "tensorflow", model_files["onnx"])
     assert (await register_model(stack.http, body)).status_code == 201
-    await stack.eventually(lambda: stack.listed("linear-tf", "1.0.0"))
+    await eventually(lambda: stack.listed("linear-tf", "1.0.0"))
 
     experiment = await run_experiment(
         stack, model="linear", scenario={"iterations": 3, "min_duration_s": 0}
@@ -345,7 +333,7 @@ async def test_past_its_deadline_an_experiment_compares_what_finished(
 ) -> None:
     body = manifest("linear-tf", "tensorflow", model_files["onnx"])
     assert (await register_model(stack.http, body)).status_code == 201
-    await stack.eventually(lambda: stack.listed("linear-tf", "1.0.0"))
+    await eventually(lambda: stack.listed("linear-tf", "1.0.0"))
     # A tensorflow worker that announced itself, then went silent: its member never ends.
     bus = stack.runtime.bus("test")
     await bus.start()
@@ -369,7 +357,7 @@ async def test_past_its_deadline_an_experiment_compares_what_finished(
     async def ghost_known() -> bool:
         return "ghost" in {a.agent_id for a in scheduler.agents.online(time.monotonic())}
 
-    await stack.eventually(ghost_known)
+    await eventually(ghost_known)
     await bus.stop()
     experiment = await run_experiment(
         stack,
@@ -397,16 +385,7 @@ async def evaluate(stack: Stack, **body: Any) -> dict[str, Any]:
         json={"scenario": {"iterations": 3, "min_duration_s": 0, "warmup": 0}, **body},
     )
     assert response.status_code == 202, response.text
-    evaluation_id = response.json()["id"]
-
-    async def outcome() -> dict[str, Any] | None:
-        got = await stack.http.get(f"/v1/evaluations/{evaluation_id}")
-        found: dict[str, Any] = got.json()
-        done = got.status_code == 200 and found["status"] in ("completed", "failed")
-        return found if done else None
-
-    result: dict[str, Any] = await stack.eventually(outcome)
-    return result
+    return await evaluation_outcome(stack.http, response.json()["id"])
 
 
 async def test_a_model_in_a_format_the_framework_cannot_load_fails_and_the_worker_carries_on(
@@ -415,7 +394,7 @@ async def test_a_model_in_a_format_the_framework_cannot_load_fails_and_the_worke
     # An ONNX graph registered as a pytorch model.
     body = manifest("linear-mislabelled", "pytorch", model_files["onnx"])
     assert (await register_model(stack.http, body)).status_code == 201
-    await stack.eventually(lambda: stack.listed("linear-mislabelled", "1.0.0"))
+    await eventually(lambda: stack.listed("linear-mislabelled", "1.0.0"))
 
     broken = await evaluate(stack, model="linear-mislabelled", framework="pytorch")
     assert broken["status"] == "failed"
@@ -431,7 +410,7 @@ async def test_a_framework_version_the_model_rules_out_fails_with_the_reason(
 ) -> None:
     body = manifest("linear-future", "onnxruntime", model_files["onnx"], needs=">=99")
     assert (await register_model(stack.http, body)).status_code == 201
-    await stack.eventually(lambda: stack.listed("linear-future", "1.0.0"))
+    await eventually(lambda: stack.listed("linear-future", "1.0.0"))
 
     refused = await evaluate(stack, model="linear-future", framework="onnxruntime")
     assert refused["status"] == "failed"
@@ -475,7 +454,7 @@ async def test_a_job_that_reaches_a_worker_of_the_wrong_version_fails_and_the_wo
         events: list[dict[str, Any]] = got.json() if got.status_code == 200 else []
         return next((e["payload"] for e in events if e["type"] == "evaluation.failed"), None)
 
-    failure = await stack.eventually(failed)
+    failure = await eventually(failed)
     assert failure["stage"] == "validation"
     assert failure["reason"].startswith("onnxruntime 1.31.1 on agent ")
     assert failure["reason"].endswith("does not satisfy '>=99', the version the request asks for")

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dlscope.local import purge_namespace
-from dlscope.relay import SeverableLink
+from harness.deployment import purge_namespace
+from harness.relay import SeverableLink
 from services.gateway.service import GatewayService
 from shared.config import Settings
 from shared.eventstore.migrate import upgrade

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.waiting import evaluation_outcome
 from tests.integration.conftest import Stack
 
 # 64 queries of squeezenet (~5 ms each here) back a p90; the window lasts the minimum duration.
@@ -111,14 +112,7 @@ async def test_cpu_hogs_started_in_the_timed_window_make_the_run_invalid(
             await timed_queries_began(any_stack, evaluation_id)
         await asyncio.sleep(1.0)  # a second into the window: the run began quiet
         await start(cpus)  # one per core
-
-        async def outcome() -> dict[str, Any] | None:
-            body: dict[str, Any] = (
-                await any_stack.http.get(f"/v1/evaluations/{evaluation_id}")
-            ).json()
-            return body if body["status"] in ("completed", "failed") else None
-
-        evaluation = await any_stack.eventually(outcome)
+        evaluation = await evaluation_outcome(any_stack.http, evaluation_id)
     assert evaluation["status"] == "completed", evaluation["error"]
     result = evaluation["result"]
     assert result["verdict"]["status"] == "INVALID"

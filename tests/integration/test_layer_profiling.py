@@ -24,6 +24,7 @@ from shared.breakdown import align, kind_of
 from shared.errors import ConfigurationError
 from shared.manifests import ModelManifest, ModelSource
 from shared.messages import EvaluationProfiled, RunEvaluation, Scenario, TraceLevel
+from tests.conftest import opencl_problem
 
 FRAMEWORKS = ["onnxruntime", "pytorch", "tensorflow", "opencl"]
 QUICK = Scenario(iterations=16, min_duration_s=0, warmup=0)
@@ -46,6 +47,8 @@ def _measure(
         factory = predictor_factory(framework)
     except ConfigurationError as exc:
         pytest.skip(str(exc))
+    if framework == "opencl" and (why := opencl_problem("cpu")) is not None:
+        pytest.skip(f"OpenCL runs nothing here: {why}")
     # Fetched as a worker fetches it: verified, an archive (a SavedModel) unpacked.
     path = ArtifactCache(tmp_path / "artifacts").fetch(manifest.source)
     job = RunEvaluation(

@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from harness.waiting import eventually
 from shared.errors import MessageTooLarge
 from shared.eventstore import EventStore
 from shared.messages import AgentOffline, Envelope
@@ -84,7 +85,7 @@ async def test_a_message_too_large_or_holding_nul_is_dead_lettered_and_never_sto
         async def fine_stored() -> bool:
             return any(e.event_id == fine for e in await store.stream_events("agent-agent-x"))
 
-        await small.eventually(fine_stored)
+        await eventually(fine_stored)
         ids = {e.event_id for e in await store.stream_events("agent-agent-x")}
     assert too_large not in ids
     assert with_nul not in ids
@@ -92,4 +93,4 @@ async def test_a_message_too_large_or_holding_nul_is_dead_lettered_and_never_sto
     async def both_dead_lettered() -> bool:
         return await runtime.broker.queue_depth(topology.dead_letters) >= dead_before + 2
 
-    await small.eventually(both_dead_lettered)
+    await eventually(both_dead_lettered)

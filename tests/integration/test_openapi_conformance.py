@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlscope.embedded import all_services
-from dlscope.local import purge_namespace
+from harness.deployment import purge_namespace
 from services.registry.artifacts import ArtifactServer
 from services.registry.catalog import Catalog
 from shared.artifacts import SourcePolicy, sha256_of

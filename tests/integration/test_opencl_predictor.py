@@ -39,6 +39,7 @@ from shared.artifacts import locate
 from shared.config import REPOSITORY_ROOT
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest, load_manifest
+from tests.conftest import opencl_problem
 
 
 def _device_kind() -> str | None:
@@ -52,7 +53,11 @@ def _device_kind() -> str | None:
 
 
 HARDWARE = _device_kind()
-pytestmark = pytest.mark.skipif(HARDWARE is None, reason="pyopencl finds no OpenCL device here")
+# No device, or one whose compiler builds no kernel here: OpenCL is absent in all but name.
+UNUSABLE = "pyopencl finds no OpenCL device here" if HARDWARE is None else opencl_problem(HARDWARE)
+pytestmark = pytest.mark.skipif(
+    UNUSABLE is not None, reason=f"OpenCL runs nothing here: {UNUSABLE}"
+)
 
 TOLERANCE = 1e-4
 Shape = list[int | str]

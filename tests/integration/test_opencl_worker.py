@@ -16,13 +16,21 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dlscope.embedded import all_services
-from dlscope.local import eventually, purge_namespace
+from harness.deployment import purge_namespace
+from harness.waiting import evaluation_outcome, eventually
 from shared.config import Settings
 from shared.messaging import create_broker
 from shared.runtime import Runtime, running
 from shared.telemetry import Telemetry
+from tests.conftest import opencl_problem
 
-pytestmark = [pytest.mark.rabbitmq, pytest.mark.postgres]
+# Emulated on the CPU's OpenCL device, which must compile kernels here.
+UNUSABLE = opencl_problem("fpga")
+pytestmark = [
+    pytest.mark.rabbitmq,
+    pytest.mark.postgres,
+    pytest.mark.skipif(UNUSABLE is not None, reason=f"OpenCL runs nothing here: {UNUSABLE}"),
+]
 
 
 @pytest.fixture
@@ -58,7 +66,7 @@ async def test_resnet50_runs_on_the_emulated_fpga_with_per_layer_kernel_times(
         agents = (await http.get("/v1/agents")).json()
         return next((a for a in agents if a["framework"] == "opencl"), None)
 
-    agent = await eventually(opencl_agent)
+    agent = await eventually(opencl_agent, timeout=60)
     # The worker announces the OpenCL device; without a board, the CPU emulates the FPGA.
     device = agent["capabilities"]["opencl"]
     assert device["emulated"] is True
@@ -77,12 +85,7 @@ async def test_resnet50_runs_on_the_emulated_fpga_with_per_layer_kernel_times(
     )
     assert response.status_code == 202, response.text
     accepted = response.json()
-
-    async def settled() -> dict[str, Any] | None:
-        got = (await http.get(f"/v1/evaluations/{accepted['id']}")).json()
-        return got if got.get("status") in ("completed", "failed") else None
-
-    evaluation = await eventually(settled, timeout=240)
+    evaluation = await evaluation_outcome(http, accepted["id"], timeout=240)
     assert evaluation["status"] == "completed", evaluation["error"]
     layers = evaluation["result"]["layers"]
     assert {layer["op_type"] for layer in layers} >= {"Conv", "MaxPool", "Gemm"}

@@ -14,7 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from bench.recorder_throughput import evaluation_events
-from dlscope.local import PrivatePostgres, private_postgres, private_postgres_missing
+from harness.postgres import PrivatePostgres, private_postgres, private_postgres_missing
+from harness.waiting import eventually
 from services.recorder import RecorderService
 from shared.config import Settings
 from shared.eventstore import EventStore
@@ -52,16 +53,9 @@ async def runtime(
         yield runtime
     finally:
         await runtime.close()
-        from dlscope.local import purge_namespace
+        from harness.deployment import purge_namespace
 
         await purge_namespace(rabbitmq_url, namespace)
-
-
-async def until(probe: object, timeout: float = WAIT) -> None:
-    assert callable(probe)
-    async with asyncio.timeout(timeout):
-        while not await probe():
-            await asyncio.sleep(0.1)
 
 
 async def test_recorder_waits_out_a_database_outage_and_stores_every_event_once(
@@ -90,14 +84,14 @@ async def test_recorder_waits_out_a_database_outage_and_stores_every_event_once(
     try:
         async with running([recorder]):
             await publish(before)
-            await until(lambda: stored(len(before)))
+            await eventually(lambda: stored(len(before)), timeout=WAIT)
 
             # When the database goes away while events keep coming
             await asyncio.to_thread(postgres.stop)
             await publish([*during, *duplicates])
 
             # Then the recorder pauses instead of dead-lettering them
-            await until(lambda: _paused(runtime))
+            await eventually(lambda: _paused(runtime), timeout=WAIT)
             queue = runtime.topology.recorder_queue(0, 1)
             assert queue in next(iter(paused_consumers(runtime.broker))), paused_consumers(
                 runtime.broker
@@ -107,9 +101,9 @@ async def test_recorder_waits_out_a_database_outage_and_stores_every_event_once(
 
             # And once it is back, everything is stored, exactly once, in order
             await asyncio.to_thread(postgres.start)
-            await until(lambda: stored(len(before) + len(during)))
-            await until(lambda: _resumed(runtime))
-            await until(lambda: _drained(runtime, queue))
+            await eventually(lambda: stored(len(before) + len(during)), timeout=WAIT)
+            await eventually(lambda: _resumed(runtime), timeout=WAIT)
+            await eventually(lambda: _drained(runtime, queue), timeout=WAIT)
             assert await runtime.broker.queue_depth(dead_letters) == 0
     finally:
         await publisher.stop()
@@ -192,7 +186,7 @@ async def test_a_recorder_started_while_the_database_is_down_waits_for_it(
         async with asyncio.timeout(WAIT):
             await starting
         try:
-            await until(lambda: _drained(runtime, queue))
+            await eventually(lambda: _drained(runtime, queue), timeout=WAIT)
         finally:
             await restarted.stop()
         assert await runtime.broker.queue_depth(runtime.topology.dead_letters) == 0

@@ -3,10 +3,9 @@ over HTTP is scheduled, run, analysed and recorded, as one trace."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from dlscope.embedded import all_services
-from dlscope.local import purge_namespace
+from harness.deployment import purge_namespace
+from harness.waiting import evaluation_outcome, eventually
 from shared.config import REPOSITORY_ROOT, Settings
 from shared.eventstore import EventStore
 from shared.messaging import create_broker
@@ -30,32 +30,12 @@ from tests.conftest import LIFECYCLE
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.postgres]
 
-TERMINAL = {"completed", "failed"}
-
 
 @dataclass
 class Stack:
     http: httpx.AsyncClient
     spans: InMemorySpanExporter
     settings: Settings
-
-
-async def eventually(probe: Callable[[], Awaitable[Any]], *, timeout: float = 30.0) -> Any:
-    """Poll a remote read model until ``probe`` returns something truthy."""
-    async with asyncio.timeout(timeout):
-        while not (value := await probe()):
-            await asyncio.sleep(0.05)
-        return value
-
-
-async def outcome(http: httpx.AsyncClient, evaluation_id: str) -> dict[str, Any]:
-    async def terminal() -> dict[str, Any] | None:
-        response = await http.get(f"/v1/evaluations/{evaluation_id}")
-        body: dict[str, Any] = response.json()
-        return body if response.status_code == 200 and body["status"] in TERMINAL else None
-
-    result: dict[str, Any] = await eventually(terminal)
-    return result
 
 
 def manifests_with_wrong_checksum(tmp_path: Path) -> Path:
@@ -120,7 +100,7 @@ async def test_an_evaluation_runs_through_every_service_as_one_trace(stack: Stac
     assert accepted["trace_url"] == f"http://localhost:16686/trace/{accepted['trace_id']}"
     assert accepted["status_url"].endswith(f"/v1/evaluations/{accepted['id']}")
 
-    evaluation = await outcome(stack.http, accepted["id"])
+    evaluation = await evaluation_outcome(stack.http, accepted["id"])
     assert evaluation["status"] == "completed", evaluation["error"]
     result = evaluation["result"]
     assert result["count"] == 20
@@ -152,7 +132,7 @@ async def test_an_evaluation_runs_through_every_service_as_one_trace(stack: Stac
 
 async def test_an_evaluation_without_a_matching_worker_fails_with_what_exists(stack: Stack) -> None:
     accepted = await submit(stack.http, hardware="gpu")
-    evaluation = await outcome(stack.http, accepted["id"])
+    evaluation = await evaluation_outcome(stack.http, accepted["id"])
     assert evaluation["status"] == "failed"
     assert evaluation["error"].startswith(
         "scheduling: no online worker offers onnxruntime * on gpu"
@@ -163,7 +143,9 @@ async def test_an_evaluation_without_a_matching_worker_fails_with_what_exists(st
 async def test_a_model_whose_checksum_does_not_match_fails_and_the_worker_carries_on(
     stack: Stack,
 ) -> None:
-    tampered = await outcome(stack.http, (await submit(stack.http, model="tampered"))["id"])
+    tampered = await evaluation_outcome(
+        stack.http, (await submit(stack.http, model="tampered"))["id"]
+    )
     assert tampered["status"] == "failed"
     assert tampered["error"].startswith("artifact: ")
     assert (
@@ -171,7 +153,7 @@ async def test_a_model_whose_checksum_does_not_match_fails_and_the_worker_carrie
         in (tampered["error"])
     )
 
-    after = await outcome(stack.http, (await submit(stack.http))["id"])
+    after = await evaluation_outcome(stack.http, (await submit(stack.http))["id"])
     assert after["status"] == "completed"
 
 
@@ -230,13 +212,13 @@ async def test_a_poison_message_is_dead_lettered_and_the_services_keep_working(
         assert "invalid envelope" in str(message.headers["x-dlscope-reason"])
         assert message.routing_key == "evaluation.requested"
 
-    evaluation = await outcome(stack.http, (await submit(stack.http))["id"])
+    evaluation = await evaluation_outcome(stack.http, (await submit(stack.http))["id"])
     assert evaluation["status"] == "completed"
 
 
 async def test_rebuilt_projections_equal_the_live_ones(stack: Stack) -> None:
     for accepted in [await submit(stack.http), await submit(stack.http, hardware="gpu")]:
-        await outcome(stack.http, accepted["id"])
+        await evaluation_outcome(stack.http, accepted["id"])
     before = (await stack.http.get("/v1/evaluations")).json()
     agents_before = (await stack.http.get("/v1/agents")).json()
 

@@ -13,6 +13,7 @@ import aio_pika
 import orjson
 import pytest
 
+from harness.waiting import eventually
 from shared.eventstore import EventStore
 from shared.messages import Envelope, Topology, encode
 from tests.integration.conftest import STACKS, Stack
@@ -105,7 +106,7 @@ async def test_poison_on_every_exchange_is_dead_lettered_and_makes_no_evaluation
         return all(refused.values())
 
     try:
-        await any_stack.eventually(all_refused)
+        await eventually(all_refused)
     except TimeoutError:
         missing = [(p.routing_key, p.kind) for p in sent if not refused[p.marker]]
         raise AssertionError(f"not dead-lettered: {missing}") from None

@@ -31,6 +31,7 @@ from shared.datasets import load_dataset
 from shared.errors import ConfigurationError, PredictorError
 from shared.manifests import DatasetManifest, ModelManifest, ModelSource, load_manifest
 from shared.processing import preprocess_batch
+from tests.conftest import opencl_problem
 
 # The adapters under test: framework names, and "pytorch-export" for torch.export programs.
 ADAPTERS = ["onnxruntime", "pytorch", "pytorch-export", "tensorflow", "tensorrt", "opencl"]
@@ -115,6 +116,8 @@ def subject(
     hardware = "gpu" if framework in GPU_ONLY else "cpu"
     if hardware == "gpu" and not gpus():
         pytest.skip(f"{framework} needs a CUDA GPU, and there is none here")
+    if framework == "opencl" and (why := opencl_problem(hardware)) is not None:
+        pytest.skip(f"OpenCL runs nothing here: {why}")
     model = zoo.get("onnxruntime" if framework in RUN_ONNX else name)
     if model is None:
         pytest.skip(f"the zoo builds no digits model for {framework}")

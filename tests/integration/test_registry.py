@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dlscope.local import eventually, purge_namespace
+from harness.deployment import purge_namespace
+from harness.waiting import eventually
 from services.recorder import RecorderService
 from services.registry import RegistryService
 from shared.eventstore import EventStore
@@ -58,7 +59,7 @@ async def test_a_user_registers_a_manifest_and_evaluates_it_by_name_and_constrai
         response = await stack.http.post("/v1/models", json=manifest(version=version))
         assert response.status_code == 201, response.text
         assert response.json()["created"] is True
-    await stack.eventually(lambda: stack.listed("my-net", "2.0.0"))
+    await eventually(lambda: stack.listed("my-net", "2.0.0"))
 
     evaluation = await stack.evaluate("my-net", ">=1,<2")
     assert evaluation["status"] == "completed", evaluation["error"]
@@ -82,7 +83,7 @@ async def test_versions_are_immutable(stack: Stack) -> None:
     changed = await stack.http.post("/v1/models", json=manifest(description="other"))
     assert changed.status_code == 409
     assert "my-net@1.0.0 is already registered with different content" in changed.json()["detail"]
-    await stack.eventually(lambda: stack.listed("my-net", "1.0.0"))
+    await eventually(lambda: stack.listed("my-net", "1.0.0"))
     stored = (await stack.http.get("/v1/models/my-net/1.0.0")).json()
     assert stored["manifest"]["description"] == "a user's own model"
 
@@ -142,14 +143,14 @@ async def test_a_deprecated_version_is_chosen_only_when_pinned(stack: Stack) -> 
             v["deprecated"] and v["deprecation_reason"] == "wrong preprocessing" for v in versions
         )
 
-    await stack.eventually(shown_deprecated)
+    await eventually(shown_deprecated)
     missing = await stack.http.post("/v1/models/my-net/9.9.9/deprecate", json={"reason": "x"})
     assert missing.status_code == 404
 
 
 async def test_registrations_survive_a_registry_restart(stack: Stack) -> None:
     assert (await stack.http.post("/v1/models", json=manifest())).status_code == 201
-    await stack.eventually(lambda: stack.listed("my-net", "1.0.0"))
+    await eventually(lambda: stack.listed("my-net", "1.0.0"))
     old = next(s for s in stack.services if isinstance(s, RegistryService))
     await old.stop()
 

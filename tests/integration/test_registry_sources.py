@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.waiting import eventually
 from shared.artifacts import locate
 from shared.messages import Envelope, RegisterArtifact, RegistrationResult
 from tests.conftest import register_model
@@ -109,7 +110,7 @@ async def test_a_model_uploaded_with_its_manifest_is_kept_by_digest_and_evaluate
     source = response.json()["manifest"]["source"]
     store = any_stack.runtime.settings.resolved_artifact_store
     assert source["uri"] == (store / "sha256" / digest / "net.onnx").as_uri()
-    await any_stack.eventually(lambda: any_stack.listed("uploaded-net", "1.0.0"))
+    await eventually(lambda: any_stack.listed("uploaded-net", "1.0.0"))
     evaluation = await any_stack.evaluate("uploaded-net")
     assert evaluation["status"] == "completed", evaluation["error"]
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from harness.waiting import evaluation_outcome, eventually
 from shared.messages import Envelope, EvaluationRequested, Scenario, evaluation_stream
 from tests.conftest import register_model
 from tests.integration.conftest import Stack
@@ -51,7 +52,7 @@ async def centroids(any_stack: Stack, tmp_path: Path) -> Stack:
     centroid_classifier(tmp_path / "centroids.onnx")
     registered = await register_model(any_stack.http, manifest_for(tmp_path / "centroids.onnx"))
     assert registered.status_code == 201, registered.text
-    await any_stack.eventually(lambda: any_stack.listed("digits-centroids", "1.0.0"))
+    await eventually(lambda: any_stack.listed("digits-centroids", "1.0.0"))
     return any_stack
 
 
@@ -117,18 +118,7 @@ async def test_offline_by_a_message_published_straight_to_the_broker(centroids: 
     finally:
         await bus.stop()
 
-    async def outcome() -> dict[str, Any] | None:
-        got = await centroids.http.get(f"/v1/evaluations/{request.evaluation_id}")
-        body: dict[str, Any] = got.json()
-        return (
-            body
-            if got.status_code == 200
-            and body["status"] != "requested"
-            and (body["status"] in ("completed", "failed"))
-            else None
-        )
-
-    evaluation = await centroids.eventually(outcome)
+    evaluation = await evaluation_outcome(centroids.http, request.evaluation_id)
     assert evaluation["status"] == "completed", evaluation["error"]
     result = evaluation["result"]
     assert result["scenario"]["name"] == "offline"

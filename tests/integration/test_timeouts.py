@@ -9,12 +9,12 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from dlscope.embedded import all_services
+from harness.waiting import evaluation_outcome
 from services.scheduler import SchedulerService
 from shared.config import Settings
 from shared.messages import (
@@ -27,16 +27,6 @@ from shared.messages import (
 from shared.messaging import MemoryBroker
 from shared.runtime import Runtime, running
 from shared.telemetry import Telemetry
-
-
-async def outcome(http: httpx.AsyncClient, evaluation_id: str) -> dict[str, Any]:
-    async with asyncio.timeout(30):
-        while True:
-            response = await http.get(f"/v1/evaluations/{evaluation_id}")
-            body: dict[str, Any] = response.json()
-            if response.status_code == 200 and body["status"] in ("completed", "failed"):
-                return body
-            await asyncio.sleep(0.05)
 
 
 @dataclass
@@ -82,7 +72,7 @@ async def test_an_evaluation_whose_worker_never_answers_fails_with_a_timeout(
             json={"model": "squeezenet", "framework": "onnxruntime", "hardware": "gpu"},
         )
     ).json()
-    evaluation = await outcome(stack.http, accepted["id"])
+    evaluation = await evaluation_outcome(stack.http, accepted["id"])
     assert evaluation["status"] == "failed"
     assert evaluation["error"].startswith("timeout: no outcome within 0.5 s of being scheduled")
 
@@ -100,7 +90,7 @@ async def test_an_evaluation_that_completes_is_no_longer_watched(stack: Stack) -
             },
         )
     ).json()
-    evaluation = await outcome(stack.http, accepted["id"])
+    evaluation = await evaluation_outcome(stack.http, accepted["id"])
     assert evaluation["status"] == "completed", evaluation["error"]
     await stack.broker.drained()  # the scheduler has seen the completion too
     assert uuid.UUID(accepted["id"]) not in stack.scheduler.watched
@@ -154,7 +144,7 @@ async def test_a_restarted_scheduler_still_fails_what_its_predecessor_scheduled(
     try:
         await successor.recovered.wait()
         assert uuid.UUID(accepted["id"]) in successor.watched
-        evaluation = await outcome(stack.http, accepted["id"])
+        evaluation = await evaluation_outcome(stack.http, accepted["id"])
     finally:
         await successor.stop()
     assert evaluation["status"] == "failed"
@@ -188,6 +178,6 @@ async def test_each_attempt_has_the_whole_timeout(stack: Stack) -> None:
             correlation_id=uuid.UUID(accepted["id"]),
         )
     )
-    evaluation = await outcome(stack.http, accepted["id"])
+    evaluation = await evaluation_outcome(stack.http, accepted["id"])
     assert evaluation["status"] == "failed"
     assert evaluation["error"].startswith("timeout: no outcome within 2 s of attempt 2 starting")

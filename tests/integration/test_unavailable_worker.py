@@ -107,3 +107,42 @@ async def test_a_worker_without_its_framework_announces_why_and_fails_its_jobs(
     finally:
         await worker.stop()
         await listener.stop()
+
+
+async def test_a_worker_whose_opencl_device_compiles_nothing_announces_why(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cl = pytest.importorskip("pyopencl")
+    try:
+        devices = [d for platform in cl.get_platforms() for d in platform.get_devices()]
+    except cl.Error:
+        devices = []
+    if not devices:
+        pytest.skip("pyopencl finds no OpenCL device here")
+    # A compiler that refuses every build, as PoCL's does on a CPU its LLVM does not know:
+    # an option no OpenCL C compiler takes, for every program (no cached build either).
+    monkeypatch.setenv("POCL_EXTRA_BUILD_FLAGS", "-dlscope-no-such-option")
+    monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
+    heard: asyncio.Queue[Envelope] = asyncio.Queue()
+    listener = runtime.bus("test")
+    await listener.start()
+
+    async def hear(envelope: Envelope) -> None:
+        heard.put_nowait(envelope)
+
+    await listener.subscribe(
+        listener.topology.queue("test", "heard"),
+        [Binding(listener.topology.events, AgentOnline.TYPE)],
+        hear,
+    )
+    worker = WorkerService(runtime, framework="opencl", hardware="cpu", agent_id="cl-broken")
+    await worker.start()  # no ConfigurationError: it stays up to say why
+    try:
+        announced = (await asyncio.wait_for(heard.get(), 60)).open(AgentOnline)
+        why = announced.capabilities[UNAVAILABLE]
+        assert why.startswith("framework 'opencl' cannot run here: its compiler builds no kernel")
+        assert "build log:" in why  # what the compiler said, for whoever fixes it
+        assert worker.process.pid is None  # its framework process is gone, not left idle
+    finally:
+        await worker.stop()
+        await listener.stop()

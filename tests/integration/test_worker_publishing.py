@@ -3,7 +3,6 @@ the broker is back: the job is not handed back and measured again, nothing is lo
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import httpx
 import pytest
 
 from dlscope.embedded import all_services
+from harness.waiting import evaluation_outcome
 from services.workers.isolation import FrameworkProcess
 from shared.config import Settings
 from shared.errors import BrokerUnavailable
@@ -74,11 +74,7 @@ async def test_a_measurement_is_published_when_the_broker_is_back(
             },
         )
     ).json()
-    async with asyncio.timeout(120):
-        while (body := (await http.get(f"/v1/evaluations/{accepted['id']}")).json()).get(
-            "status"
-        ) not in ("completed", "failed"):
-            await asyncio.sleep(0.05)
+    body = await evaluation_outcome(http, accepted["id"], timeout=120)
     assert body["status"] == "completed", body["error"]
     assert len(refused) == REFUSALS
     assert len(measured) == 1, "the job was measured again instead of published late"

@@ -16,7 +16,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from dlscope.cli import SERVICES, app
+from dlscope.catalogue import SERVICES
+from dlscope.cli import app
 from shared.config import REPOSITORY_ROOT, Settings
 from shared.messages import FRAMEWORKS, HARDWARE
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import setuptools
 from packaging.requirements import Requirement
 
 from services.workers.predictors import not_installed
@@ -224,3 +225,12 @@ def test_building_the_zoo_without_torch_names_the_zoo_extra(tmp_path: Path) -> N
     assert result.returncode == 1
     assert "torch is not installed here: pip install 'dlscope[zoo]'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_wheel_ships_the_product_and_not_its_test_harness() -> None:
+    found = tomllib.loads((REPOSITORY_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = setuptools.find_packages(
+        str(REPOSITORY_ROOT), include=found["packages"]["find"]["include"]
+    )
+    assert {"dlscope", "services", "shared"} <= set(packages)
+    assert not [name for name in packages if name.split(".")[0] in ("harness", "tests", "bench")]

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from dlscope.agents_cli import agents_table
+from dlscope.cli.agents import agents_table
 from services.gateway.agents_api import describe_device
 
 

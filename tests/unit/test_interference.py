@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dlscope.machine_cli import machine_rows
+from dlscope.cli.machine import machine_rows
 from services.workers.measurement import nvml_index
 from shared.measurement import (
     BatchSweep,

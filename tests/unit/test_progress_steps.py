@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from rich.progress import Progress
 
-from dlscope.live import LINES_ENV, LiveEvaluations, columns, parse_line
+from dlscope.cli.live import LINES_ENV, LiveEvaluations, columns, parse_line
 from shared.measurement import (
     BatchSweep,
     Offline,

@@ -32,6 +32,10 @@ def _no_device(hardware: str) -> dict[str, Any]:
     return {}
 
 
+def _usable(hardware: str) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class PredictorFactory:
     create: Callable[[], Predictor]
@@ -39,6 +43,9 @@ class PredictorFactory:
     # What the framework itself sees of the device it runs on (an OpenCL platform and
     # device), announced with the worker's capabilities.
     device: Callable[[str], dict[str, Any]] = _no_device
+    # Why the framework can run nothing on the hardware here although it is installed (an
+    # OpenCL device whose compiler builds no kernel), or None.
+    unusable: Callable[[str], str | None] = _usable
 
 
 # The module each framework's predictor imports: present means installed. Looked up with
@@ -110,7 +117,10 @@ def predictor_factory(framework: str) -> PredictorFactory:
             from services.workers.predictors import opencl
 
             return PredictorFactory(
-                opencl.OpenCLPredictor, opencl.framework_version, opencl.device_capabilities
+                opencl.OpenCLPredictor,
+                opencl.framework_version,
+                opencl.device_capabilities,
+                opencl.unusable,
             )
     except ImportError as exc:
         raise ConfigurationError(

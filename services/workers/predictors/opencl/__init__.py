@@ -9,6 +9,7 @@ from services.workers.predictors.opencl.predictor import (
     OpenCLPredictor,
     device_capabilities,
     framework_version,
+    unusable,
 )
 
-__all__ = ["OpenCLPredictor", "device_capabilities", "framework_version"]
+__all__ = ["OpenCLPredictor", "device_capabilities", "framework_version", "unusable"]

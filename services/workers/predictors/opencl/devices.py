@@ -32,6 +32,7 @@ __all__ = [
     "DeviceInfo",
     "OpenCLDevice",
     "build_program",
+    "compiler_problem",
     "device_capabilities",
     "kernel_source",
     "open_device",
@@ -323,3 +324,28 @@ def device_capabilities(hardware: str, platform: str | None = None) -> dict[str,
     """What a worker announces about its OpenCL device (no program is built)."""
     device, emulated = select_device(hardware, platform)
     return {"opencl": DeviceInfo.of(device, emulated=emulated).as_dict()}
+
+
+# The smallest program an OpenCL C compiler builds. A device that cannot build it compiles
+# nothing here: PoCL's LLVM, for one, targets "generic" on a CPU newer than it knows, and
+# refuses that target (seen: PyPI's PoCL 3.0 with LLVM 14 on an AMD EPYC of family 26).
+_PROBE = "__kernel void probe(__global float *x) { x[get_global_id(0)] += 1.0f; }"
+
+
+def compiler_problem(hardware: str, platform: str | None = None) -> str | None:
+    """Why ``hardware``'s OpenCL device runs no program built here, or None when it builds
+    one. An absent device, or an FPGA board (its programs are precompiled), is not this
+    question's: None, and opening the device says what is wrong with it."""
+    try:
+        device, emulated = select_device(hardware, platform)
+    except PredictorError:
+        return None
+    if hardware == "fpga" and not emulated:
+        return None
+    try:
+        build_program(cl.Context([device]), device, _PROBE, [])
+    except cl.Error as exc:
+        return f"cannot open OpenCL device {_where(device)}: {exc}"
+    except PredictorError as exc:
+        return f"its compiler builds no kernel, not even a one-line one: {exc}"
+    return None

@@ -9,7 +9,11 @@ from typing import Any
 import numpy as np
 
 from services.workers.predictors.base import LayerProfiler, Unavailable
-from services.workers.predictors.opencl.devices import device_capabilities, open_device
+from services.workers.predictors.opencl.devices import (
+    compiler_problem,
+    device_capabilities,
+    open_device,
+)
 from services.workers.predictors.opencl.engine import Engine
 from services.workers.predictors.opencl.profiling import OpenCLProfiler
 from services.workers.predictors.opencl.settings import OpenCLSettings
@@ -17,7 +21,13 @@ from shared.errors import PredictorError
 from shared.manifests import ModelManifest
 from shared.messages import LayerTiming, ProfiledLevel
 
-__all__ = ["ENGINE_VERSION", "OpenCLPredictor", "device_capabilities", "framework_version"]
+__all__ = [
+    "ENGINE_VERSION",
+    "OpenCLPredictor",
+    "device_capabilities",
+    "framework_version",
+    "unusable",
+]
 
 # The engine's version: its kernels and plans are what gets measured, so it changes with them.
 ENGINE_VERSION = "1.1.0"
@@ -25,6 +35,13 @@ ENGINE_VERSION = "1.1.0"
 
 def framework_version() -> str:
     return ENGINE_VERSION
+
+
+def unusable(hardware: str) -> str | None:
+    """Why no model can run on ``hardware``'s OpenCL device here (it compiles no kernel), or
+    None: checked once as the framework process starts, so the worker is announced as
+    unavailable with the reason instead of taking jobs that would all fail."""
+    return compiler_problem(hardware, OpenCLSettings().platform)
 
 
 class OpenCLPredictor:

@@ -20,9 +20,9 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from dlscope.live import LINES_ENV, LiveEvaluations, columns, parse_line
-from dlscope.machine_cli import run_cells
-from dlscope.terminal import console, errors, fail
+from dlscope.cli.live import LINES_ENV, LiveEvaluations, columns, parse_line
+from dlscope.cli.machine import run_cells
+from dlscope.cli.terminal import console, errors, fail
 from shared.measurement import compare, summarize_repetitions
 from shared.measurement.validity import ValidityThresholds
 

@@ -12,8 +12,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from dlscope.cli.terminal import console, fail
 from dlscope.dead_letters import DeadLetter, DeadLetterQueue, ReplayReport
-from dlscope.terminal import console, fail
 from shared.config import Settings
 from shared.errors import DlscopeError
 from shared.messages import Topology

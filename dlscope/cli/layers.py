@@ -8,21 +8,17 @@ it (the same model on other frameworks).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.table import Table
 
-from dlscope.terminal import console, fail
-from shared.breakdown import LayerReport, profile_of, report
-from shared.config import Settings
-from shared.errors import DlscopeError
-from shared.messages import PROFILED_LEVELS, EvaluationProfiled, ProfiledLevel, evaluation_stream
+from dlscope.cli.client import client_for
+from dlscope.cli.terminal import console, fail
+from shared.messages import PROFILED_LEVELS, ProfiledLevel
 
 __all__ = ["layers_command", "tracing_table"]
 
@@ -50,10 +46,7 @@ def layers_command(
     op type, each level's overhead; with --compare, lined up with other evaluations'."""
     only = _level(level)
     others = compare or []
-    if gateway:
-        document = _from_gateway(gateway, token, evaluation_id, others, top, only)
-    else:
-        document = _from_store(evaluation_id, others, top, only)
+    document = client_for(gateway, token).layers(evaluation_id, others, top, only)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(document, indent=2))
@@ -67,57 +60,6 @@ def _level(level: str | None) -> ProfiledLevel | None:
         if level == known:
             return known
     raise fail(f"--level must be one of {', '.join(PROFILED_LEVELS)}, got {level!r}", 2)
-
-
-def _from_store(
-    evaluation_id: uuid.UUID, others: list[uuid.UUID], top: int, level: ProfiledLevel | None
-) -> dict[str, Any]:
-    from shared.eventstore import EventStore
-
-    url = Settings().resolved_database_url
-
-    async def read() -> list[EvaluationProfiled | str]:
-        async with EventStore.from_url(url) as store:
-            return [
-                profile_of(await store.stream_events(evaluation_stream(i)))
-                for i in (evaluation_id, *others)
-            ]
-
-    try:
-        found = asyncio.run(read())
-    except DlscopeError as exc:
-        raise fail(str(exc), 1) from exc
-    for one, why in zip((evaluation_id, *others), found, strict=True):
-        if isinstance(why, str):
-            raise fail(f"no layers of evaluation {one} in {url}: {why}", 1)
-    profiled = [p for p in found if isinstance(p, EvaluationProfiled)]
-    answer = report(profiled[0], top=top, level=level, compared=profiled[1:])
-    if isinstance(answer, str):
-        raise fail(answer, 1)
-    return answer.model_dump(mode="json")
-
-
-def _from_gateway(
-    gateway: str,
-    token: str | None,
-    evaluation_id: uuid.UUID,
-    others: list[uuid.UUID],
-    top: int,
-    level: ProfiledLevel | None,
-) -> dict[str, Any]:
-    params: dict[str, Any] = {"top": top, "compare": [str(i) for i in others]}
-    if level is not None:
-        params["level"] = level
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        with httpx.Client(base_url=gateway, headers=headers, timeout=30) as client:
-            response = client.get(f"/v1/evaluations/{evaluation_id}/layers", params=params)
-    except httpx.HTTPError as exc:
-        raise fail(f"cannot reach the gateway at {gateway}: {exc}", 2) from exc
-    if response.status_code != 200:
-        raise fail(f"the gateway answered {response.status_code}: {response.text}", 1)
-    body: dict[str, Any] = LayerReport.model_validate(response.json()).model_dump(mode="json")
-    return body
 
 
 def tracing_table(tracing: list[dict[str, Any]]) -> Table:

@@ -7,13 +7,12 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from dlscope.gateway_client import gateway_client
-from dlscope.terminal import console, fail
+from dlscope.cli.http import HttpClient
+from dlscope.cli.terminal import console
 
 __all__ = ["agents_command", "agents_table"]
 
@@ -36,14 +35,11 @@ def agents_command(
 ) -> None:
     """The fleet: host, framework and version, hardware, device, state, current job, last
     heartbeat and jobs done of every worker (agent)."""
-    with gateway_client(gateway, token) as client:
-        try:
-            response = client.get("/v1/agents")
-        except httpx.HTTPError as exc:
-            raise fail(f"cannot reach the gateway at {gateway}: {exc}", 2) from exc
-    if response.status_code != 200:
-        raise fail(f"the gateway answered {response.status_code}: {response.text}", 1)
-    agents: list[dict[str, Any]] = response.json()
+    client = HttpClient(gateway, token)
+    try:
+        agents: list[dict[str, Any]] = client.call("GET", "/v1/agents").json()
+    finally:
+        client.close()
     if online:
         agents = [a for a in agents if a["state"] != "offline"]
     if as_json:

@@ -3,7 +3,6 @@ many: used by the end-to-end tests and the benchmarks."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -12,40 +11,33 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import aio_pika
 import asyncpg
 import httpx
 
-from dlscope.relay import free_port
+from dlscope import catalogue
+from dlscope.catalogue import package
+from harness.relay import free_port
+from harness.waiting import eventually
 from shared.config import REPOSITORY_ROOT
 from shared.messages import FRAMEWORKS, HARDWARE, Topology
+from shared.messaging.amqp import AmqpBroker
 
 __all__ = [
     "SERVICES",
     "Deployment",
-    "PrivatePostgres",
     "copy_package_sources",
-    "eventually",
     "fresh_database",
-    "private_postgres",
     "purge_namespace",
     "throwaway_deployment",
 ]
 
-SERVICES = ["recorder", "registry", "analyzer", "scheduler", "workers", "gateway"]
-
-
-async def eventually(probe: Callable[[], Awaitable[Any]], *, timeout: float = 60.0) -> Any:
-    """Poll state in another process until ``probe`` returns something truthy."""
-    async with asyncio.timeout(timeout):
-        while not (value := await probe()):
-            await asyncio.sleep(0.1)
-        return value
+# Each service by the package its process runs (``python -m services.<name>``), in the
+# catalogue's start order.
+SERVICES = [package(name).removeprefix("services.") for name in catalogue.SERVICES]
 
 
 async def fresh_database(admin_dsn: str) -> tuple[str, Callable[[], Awaitable[None]]]:
@@ -177,7 +169,7 @@ class Deployment:
             online = {a["framework"] for a in agents if a["status"] == "online"}
             return online >= set(self.frameworks)
 
-        await eventually(up)
+        await eventually(up, timeout=60)
 
 
 @contextlib.asynccontextmanager
@@ -228,17 +220,20 @@ async def purge_namespace(url: str, namespace: str, *, recorder_partitions: int 
     queues = [f"{namespace}.{queue}" for queue in _DURABLE_QUEUES]
     queues += [topology.recorder_queue(i, recorder_partitions) for i in range(recorder_partitions)]
     queues.append(topology.dead_letters)
-    async with await aio_pika.connect(url) as connection:
-        channel = await connection.channel()
+    broker = AmqpBroker(url, connection_name=f"dlscope-harness-purge-{namespace}")
+    await broker.connect()
+    try:
         for queue in queues:
-            await channel.queue_delete(queue)
+            await broker.delete_queue(queue)
         for exchange in (
             topology.recorder_partitions,
             topology.events,
             topology.jobs,
             topology.dlx,
         ):
-            await channel.exchange_delete(exchange)
+            await broker.delete_exchange(exchange)
+    finally:
+        await broker.close()
 
 
 # What a source checkout holds that a wheel is built from (not .venv, tests or caches).
@@ -263,88 +258,3 @@ def copy_package_sources(target: Path) -> None:
             shutil.copytree(path, target / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(path, target / name)
-
-
-# Debian's layout: /usr/lib/postgresql/<major>/bin; the newest installed.
-POSTGRES_BIN = max(
-    Path("/usr/lib/postgresql").glob("*/bin"),
-    key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-    default=Path("/usr/lib/postgresql/15/bin"),
-)
-
-
-def private_postgres_missing() -> str | None:
-    """Why ``private_postgres`` cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "needs root, to run a throwaway PostgreSQL cluster as the postgres user"
-    if not (POSTGRES_BIN / "initdb").exists():
-        return f"no PostgreSQL binaries under {POSTGRES_BIN}"
-    return None
-
-
-@dataclass
-class PrivatePostgres:
-    """A throwaway PostgreSQL cluster of our own, to stop and start (outage tests and
-    benchmarks), never the shared one."""
-
-    directory: Path
-    port: int
-
-    @property
-    def admin_dsn(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def _ctl(self, *arguments: str) -> None:
-        # Not captured: the server would inherit the pipes and keep them open.
-        subprocess.run(
-            ["runuser", "-u", "postgres", "--", str(POSTGRES_BIN / "pg_ctl"), *arguments],
-            check=True,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1"
-        log = str(self.directory / "server.log")
-        self._ctl("-D", str(self.directory / "data"), "-l", log, "-o", options, "-w", "start")
-
-    def stop(self) -> None:
-        """Fast shutdown: sessions are cut, as in a crash or failover, but the data stays."""
-        self._ctl("-D", str(self.directory / "data"), "-m", "fast", "-w", "stop")
-
-
-@contextlib.contextmanager
-def private_postgres() -> Iterator[PrivatePostgres]:
-    """A started ``PrivatePostgres`` (trust authentication), removed afterwards. Blocking:
-    from async code, enter it and call ``start``/``stop`` through ``asyncio.to_thread``."""
-    with tempfile.TemporaryDirectory(prefix="dlscope-pg-") as directory:
-        shutil.chown(directory, "postgres")
-        cluster = PrivatePostgres(Path(directory), free_port())
-        subprocess.run(
-            [
-                "runuser",
-                "-u",
-                "postgres",
-                "--",
-                str(POSTGRES_BIN / "initdb"),
-                "-D",
-                str(cluster.directory / "data"),
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-            ],
-            check=True,
-            capture_output=True,
-        )
-        cluster.start()
-        try:
-            yield cluster
-        finally:
-            with contextlib.suppress(subprocess.CalledProcessError):
-                cluster.stop()

@@ -1,7 +1,7 @@
 """TCP relays: a service that listens on loopback only, reached from another network.
 
 The shared RabbitMQ of a development machine listens on 127.0.0.1; simulated hosts
-(``dlscope.hosts``) reach this machine only over their own links. Rather than reconfigure a
+(``harness.hosts``) reach this machine only over their own links. Rather than reconfigure a
 broker other people use, a relay listens on the link's address and copies bytes both ways
 to the real listener. It runs on an event loop in a thread of its own, so blocking callers
 (pytest fixtures, benchmarks) and async ones alike can use it, and it closes every

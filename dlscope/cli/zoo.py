@@ -13,39 +13,24 @@ from typing import Annotated
 
 import typer
 
-from dlscope.models_cli import Gateway, Token, _run, _settings, register_with
-from dlscope.terminal import console, fail
+from dlscope.cli.client import Client, client_for
+from dlscope.cli.models import Gateway, Token
+from dlscope.cli.terminal import console, fail
 from shared.config import Settings
 from shared.errors import DlscopeError
-from shared.manifests import ModelManifest
-from shared.messages import RegisterArtifact, RegistrationResult
 
 __all__ = ["ZOO_MODELS", "build_on_first_use", "build_zoo", "zoo"]
 
 zoo = typer.Typer(help="The built-in zoo's trained models, built locally.", no_args_is_help=True)
 
 
-def _register(manifest: ModelManifest, gateway: str | None, token: str | None) -> bool:
-    """Register one manifest; whether it is new (False: the same was registered already)."""
-    if gateway:
-        return register_with(gateway, token, manifest, manifest.ref)
-    from dlscope.embedded import ask_registry
-
-    body = manifest.model_dump(mode="json")  # relative sources now absolute
-    call = RegisterArtifact(manifest=body, local=True)  # this user's own, in-process registry
-    reply = _run(ask_registry(_settings(), "register", call))
-    result = reply.open(RegistrationResult)
-    if result.manifest is None:
-        raise fail(f"{manifest.ref}: refused: {result.error}", 1)
-    return bool(result.created)
-
-
 # The models `dlscope zoo build` makes; `dlscope run` builds them on first use.
 ZOO_MODELS = ("digits-cnn", "digits-cnn-torch", "digits-cnn-tf")
 
 
-def build_zoo(out_dir: Path, gateway: str | None = None, token: str | None = None) -> None:
-    """Train digits-cnn (ONNX, TorchScript and SavedModel) into ``out_dir`` and register it."""
+def build_zoo(out_dir: Path, client: Client) -> None:
+    """Train digits-cnn (ONNX, TorchScript and SavedModel) into ``out_dir``; register it with
+    ``client``."""
     # torch takes seconds to import: only building pays for it.
     try:
         from dlscope.zoo import build_digits
@@ -63,7 +48,8 @@ def build_zoo(out_dir: Path, gateway: str | None = None, token: str | None = Non
             raise fail(str(exc), 1) from exc
     for model in built:
         manifest = model.manifest
-        state = "registered" if _register(manifest, gateway, token) else "already registered"
+        new = client.register(manifest, manifest.ref)
+        state = "registered" if new else "already registered"
         console.print(
             f"{manifest.ref} ({manifest.framework.name}): top-1 {model.top1:.2%}, "
             f"top-5 {model.top5:.2%} on {manifest.attributes['accuracy']['dataset']}; "
@@ -73,11 +59,11 @@ def build_zoo(out_dir: Path, gateway: str | None = None, token: str | None = Non
         )
 
 
-def build_on_first_use(model: str, home: Path) -> None:
+def build_on_first_use(model: str, home: Path, client: Client) -> None:
     """Build the zoo into ``home`` when ``model`` is one of its models not built there yet."""
     if model in ZOO_MODELS and not (home / "zoo" / f"{model}.yaml").exists():
         console.print(f"{model} is not built here yet: building the zoo first (no download)")
-        build_zoo(home / "zoo")
+        build_zoo(home / "zoo", client)
 
 
 @zoo.command("build")
@@ -89,4 +75,4 @@ def build(
     token: Token = None,
 ) -> None:
     """Train digits-cnn (ONNX, TorchScript and SavedModel), write its manifests, register them."""
-    build_zoo(out if out is not None else Settings().home / "zoo", gateway, token)
+    build_zoo(out if out is not None else Settings().home / "zoo", client_for(gateway, token))

@@ -1,6 +1,6 @@
 """dlscope across simulated hosts: the control plane on this machine, workers on hosts that
-reach it only over their links (``dlscope.hosts``). Used by the multi-host e2e test and the
-fan-out benchmark; ``python -m dlscope.multihost`` starts one to try by hand (as root).
+reach it only over their links (``harness.hosts``). Used by the multi-host e2e test and the
+fan-out benchmark; ``python -m harness.multihost`` starts one to try by hand (as root).
 
     control plane (root namespace)        simulated host i (network namespace)
       recorder registry analyzer            worker(s): `python -m services.workers`
@@ -37,19 +37,21 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import aio_pika
 import httpx
 
-from dlscope.hosts import Host, Hosts, hosts_missing, simulated_hosts
-from dlscope.local import Deployment, eventually, fresh_database, purge_namespace
-from dlscope.relay import Relay
+from dlscope import catalogue
+from harness.deployment import Deployment, fresh_database, purge_namespace
+from harness.hosts import Host, Hosts, hosts_missing, simulated_hosts
+from harness.relay import Relay
+from harness.waiting import eventually
 from shared.config import REPOSITORY_ROOT
 from shared.messages import Topology
+from shared.messaging.amqp import AmqpBroker
 
 __all__ = ["ControlPlane", "Fleet", "fleet", "hosts_missing"]
 
 T = TypeVar("T")
-CONTROL_PLANE = ("recorder", "registry", "analyzer", "scheduler", "gateway")
+CONTROL_PLANE = (*catalogue.CONTROL_PLANE, "gateway")
 
 
 @dataclass
@@ -215,18 +217,16 @@ def fleet(
 
 async def _declared(broker_url: str, queue: str, *, timeout: float = 60.0) -> None:
     """Wait until ``queue`` exists on the broker."""
-    async with await aio_pika.connect(broker_url) as connection:
-
-        async def exists() -> bool:
-            channel = await connection.channel()
-            try:
-                await channel.declare_queue(queue, passive=True)
-            except aio_pika.exceptions.ChannelClosed:
-                return False  # a failed passive declaration closes its channel
-            await channel.close()
-            return True
-
-        await eventually(exists, timeout=timeout)
+    broker = AmqpBroker(broker_url, connection_name="dlscope-harness-multihost")
+    await broker.connect()
+    try:
+        await eventually(
+            lambda: broker.queue_exists(queue),
+            timeout=timeout,
+            what=f"queue {queue} to be declared",
+        )
+    finally:
+        await broker.close()
 
 
 def _with_address(url: str, host: str, port: int) -> str:
@@ -266,7 +266,7 @@ def _blocking(coroutine: Callable[[], Awaitable[T]]) -> T:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Start the control plane and the hosts, print how to reach them, wait for Ctrl-C."""
-    parser = argparse.ArgumentParser(prog="python -m dlscope.multihost", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m harness.multihost", description=__doc__)
     parser.add_argument("--hosts", type=int, default=3)
     parser.add_argument("--workers-per-host", type=int, default=1)
     parser.add_argument("--broker-url", default="amqp://guest:guest@127.0.0.1:5672/")

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from dlscope.terminal import console, fail
+from dlscope.cli.terminal import console, fail
 from shared.messages import DEFAULT_TRACE_LEVEL, DEFAULT_TRACE_QUERIES, TRACE_LEVELS, TraceLevel
 from shared.trace_files import chrome_trace, otlp_document, read_spans
 

@@ -33,7 +33,7 @@ from rich.progress import (
 from rich.progress_bar import ProgressBar
 from rich.text import Text
 
-from dlscope.terminal import errors
+from dlscope.cli.terminal import errors
 
 __all__ = ["LINES_ENV", "LINE_PREFIX", "LiveEvaluations", "parse_line"]
 

@@ -1,0 +1,119 @@
+"""One interface from the command line to dlscope, wherever dlscope runs.
+
+Every command that reads or asks something (models, zoo, report, layers, run, submit) talks
+to a ``Client``: ``EmbeddedClient`` runs the services it needs in this process on the
+in-memory broker and the SQLite store under DLSCOPE_HOME; ``HttpClient`` asks a running
+deployment's gateway. The commands themselves never branch on where dlscope runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shared.manifests import ModelManifest
+from shared.messages import (
+    DeviceLease,
+    EvaluationRequested,
+    ExperimentComparison,
+    ExperimentRequested,
+    ProfiledLevel,
+)
+
+__all__ = ["REPORT_FORMATS", "Client", "Compared", "Evaluated", "ModelRow", "client_for"]
+
+# What ``Client.report`` writes, each a self-contained file.
+REPORT_FORMATS = ("html", "csv", "md")
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One registered model version, as ``dlscope models list`` shows it."""
+
+    name: str
+    version: str
+    framework: str | None
+    task: str | None
+    deprecated: bool
+    description: str
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A settled evaluation: as ``GET /v1/evaluations/{id}`` shows it, what ``--json``
+    writes, and where its events and trace are (when the client knows)."""
+
+    evaluation_id: uuid.UUID
+    evaluation: dict[str, Any]
+    document: dict[str, Any]
+    footer: str | None = None
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A settled experiment's comparison, the device windows its members measured in, and
+    the frameworks with an export of the model that could not run here."""
+
+    model: str
+    hardware: str
+    comparison: ExperimentComparison | None
+    error: str | None
+    experiment_id: uuid.UUID
+    document: dict[str, Any]
+    windows: dict[uuid.UUID, DeviceLease] = field(default_factory=dict)
+    not_installed: dict[str, str] = field(default_factory=dict)
+    footer: str | None = None
+
+
+class Client(Protocol):
+    """What the command line asks of dlscope. A method that cannot answer fails the command
+    with the reason (``dlscope.cli.terminal.fail``)."""
+
+    def models(
+        self,
+        *,
+        name: str | None,
+        framework: str | None,
+        task: str | None,
+        include_deprecated: bool,
+    ) -> list[ModelRow]: ...
+
+    def register(self, manifest: ModelManifest, what: str) -> bool:
+        """Register ``manifest``; whether it is new (False: registered already, unchanged)."""
+        ...
+
+    def deprecate(self, name: str, version: str, reason: str) -> None: ...
+
+    def report(self, keys: list[uuid.UUID]) -> dict[str, str]:
+        """The report of these evaluations and experiments: format (html, csv, md) → text."""
+        ...
+
+    def layers(
+        self,
+        evaluation_id: uuid.UUID,
+        others: list[uuid.UUID],
+        top: int,
+        level: ProfiledLevel | None,
+    ) -> dict[str, Any]:
+        """The layer breakdown of an evaluation (a ``LayerReport`` as JSON)."""
+        ...
+
+    def evaluate(self, request: EvaluationRequested, *, wait: bool) -> Evaluated | None:
+        """Run ``request``; its outcome, or None when not waiting for it."""
+        ...
+
+    def experiment(self, request: ExperimentRequested, *, wait: bool) -> Compared | None:
+        """Run ``request``; its comparison, or None when not waiting for it."""
+        ...
+
+
+def client_for(gateway: str | None, token: str | None) -> Client:
+    """The deployment behind ``gateway``, or, without one, the embedded dlscope here."""
+    if gateway:
+        from dlscope.cli.http import HttpClient
+
+        return HttpClient(gateway, token)
+    from dlscope.cli.embedded_client import EmbeddedClient
+
+    return EmbeddedClient()

@@ -1,0 +1,194 @@
+"""``dlscope run``, ``submit`` and ``publish``: request an evaluation (or, with several
+frameworks, an experiment) and show its outcome.
+
+The three take the same options (``EvaluationOptions``); ``run`` asks the embedded dlscope in
+this process and ``submit`` a running deployment's gateway, through one ``Client`` interface;
+``publish`` puts the request straight on the deployment's broker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dlscope.cli.client import Client, Compared, Evaluated
+from dlscope.cli.experiments import show_comparison
+from dlscope.cli.layers import tracing_table
+from dlscope.cli.options import ComparisonOptions, EvaluationOptions, ModelArg
+from dlscope.cli.repeats import DEFAULT_MAX_SPREAD, run_arguments, run_repeated
+from dlscope.cli.spread import spread_options
+from dlscope.cli.tables import layers_table, summary_table
+from dlscope.cli.terminal import console, fail
+from shared.config import Settings
+from shared.errors import DlscopeError
+
+__all__ = ["LOG_FORMAT", "publish", "run", "submit"]
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+JsonPath = Annotated[Path | None, typer.Option("--json", help="write the full result here")]
+Gateway = Annotated[str, typer.Option(envvar="DLSCOPE_GATEWAY_URL")]
+Token = Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")]
+
+
+@spread_options
+def run(
+    model: ModelArg,
+    options: EvaluationOptions,
+    comparison: ComparisonOptions,
+    json_path: JsonPath = None,
+    repeat: Annotated[
+        int,
+        typer.Option(
+            min=1, help="run it this many times, each in a fresh process, and report the spread"
+        ),
+    ] = 1,
+    max_spread: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="with --repeat: the largest coefficient of variation of the runs' medians "
+            "that is not flagged (0.03: 3 %)",
+        ),
+    ] = DEFAULT_MAX_SPREAD,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="show the services' logs")
+    ] = False,
+) -> None:
+    """Evaluate a model with every service in this process (in-memory broker, SQLite).
+
+    With --framework all (or a list), evaluate it on every framework installed here that
+    has an export of it, one at a time on the shared device, and compare them.
+    """
+    # The outcome is reported below; the services' own warnings are for --verbose.
+    logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format=LOG_FORMAT)
+    if repeat > 1:
+        options.wire_scenario()  # a bad option is refused before the first repetition
+        if options.selection() is not None:
+            raise fail("--repeat runs one framework; an experiment compares several once", 2)
+        if options.driver == "loadgen":
+            raise fail("--repeat compares raw latencies, which the loadgen driver keeps not", 2)
+        run_repeated(run_arguments(sys.argv), repeat, max_spread=max_spread)
+        return
+    from dlscope.cli.embedded_client import EmbeddedClient
+
+    _request(EmbeddedClient(), model, options, comparison, "dlscope run", json_path, wait=True)
+
+
+@spread_options
+def submit(
+    model: ModelArg,
+    options: EvaluationOptions,
+    comparison: ComparisonOptions,
+    gateway: Gateway = "http://127.0.0.1:8080",
+    wait: Annotated[bool, typer.Option(help="wait for the outcome and print it")] = True,
+    token: Token = None,
+    json_path: JsonPath = None,
+) -> None:
+    """Submit an evaluation to a running gateway over HTTP; with --framework all (or a
+    list), an experiment on every matching worker, and print the comparison."""
+    from dlscope.cli.http import HttpClient
+
+    client = HttpClient(gateway, token)
+    try:
+        _request(client, model, options, comparison, "dlscope submit", json_path, wait=wait)
+    finally:
+        client.close()
+
+
+def _request(
+    client: Client,
+    model: str,
+    options: EvaluationOptions,
+    comparison: ComparisonOptions,
+    requested_by: str,
+    json_path: Path | None,
+    *,
+    wait: bool,
+) -> None:
+    """Ask ``client`` for the evaluation or experiment the options describe; show it."""
+    frameworks = options.selection()
+    if frameworks is not None:
+        request = options.experiment(model, frameworks, comparison, requested_by=requested_by)
+        compared = client.experiment(request, wait=wait)
+        if compared is not None:
+            _write(json_path, compared)
+            show_comparison(compared, json_path)
+        return
+    comparison.warn_if_alone()
+    evaluation = options.request(model, requested_by=requested_by, concurrent=comparison.concurrent)
+    evaluated = client.evaluate(evaluation, wait=wait)
+    if evaluated is not None:
+        _write(json_path, evaluated)
+        _show(evaluated, json_path)
+
+
+def _write(json_path: Path | None, outcome: Evaluated | Compared) -> None:
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(outcome.document, indent=2))
+
+
+def _show(evaluated: Evaluated, json_path: Path | None) -> None:
+    evaluation = evaluated.evaluation
+    if evaluation["status"] != "completed":
+        raise fail(f"evaluation {evaluated.evaluation_id} failed: {evaluation['error']}", 1)
+    console.print(summary_table(evaluation))
+    result = evaluation["result"]
+    if result.get("layers"):
+        console.print(layers_table(result["layers"]))
+    if result.get("tracing"):
+        console.print(tracing_table(result["tracing"]))
+    if evaluated.footer is not None:
+        console.print(evaluated.footer)
+    if json_path is not None:
+        console.print(f"full result written to {json_path}")
+
+
+@spread_options
+def publish(model: ModelArg, options: EvaluationOptions) -> None:
+    """Publish an evaluation.requested message straight to the broker (DLSCOPE_BROKER_URL)."""
+    import uvloop
+
+    if options.selection() is not None:
+        raise fail(
+            "publish sends one evaluation; to compare frameworks use "
+            "`dlscope submit --framework all` (or publish experiment.requested, see README.md)",
+            2,
+        )
+
+    from shared.messages import Envelope, evaluation_stream
+    from shared.runtime import Runtime
+
+    request = options.request(model, requested_by="dlscope publish")
+    settings = Settings()
+    if settings.broker_url.startswith("memory://"):
+        raise fail("set DLSCOPE_BROKER_URL to the RabbitMQ of a running deployment (amqp://…)", 2)
+
+    async def send() -> None:
+        runtime = Runtime.create(settings, "dlscope-cli")
+        bus = runtime.bus("cli")
+        try:
+            await bus.start()
+            await bus.publish(
+                Envelope.wrap(
+                    request,
+                    stream_id=evaluation_stream(request.evaluation_id),
+                    correlation_id=request.evaluation_id,
+                    producer="cli",
+                )
+            )
+        finally:
+            await bus.stop()
+            await runtime.close()
+
+    try:
+        uvloop.run(send())
+    except DlscopeError as exc:
+        raise fail(str(exc), 1) from exc
+    console.print(f"published evaluation {request.evaluation_id}")

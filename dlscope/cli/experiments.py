@@ -1,0 +1,177 @@
+"""Experiments on the command line: ``--framework all`` (or a list) on ``run`` and ``submit``
+evaluates one model on every matching framework and prints one comparison table."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from dlscope.cli.client import Compared
+from dlscope.cli.machine import cost_cells
+from dlscope.cli.terminal import console, fail
+from shared.messages import DeviceLease, ExperimentComparison, MemberResult, PairParity
+
+__all__ = ["comparison_table", "measurement_order", "print_comparison", "show_comparison"]
+
+
+def _title(model: str, comparison: ExperimentComparison, hardware: str) -> str:
+    frameworks = len({member.framework for member in comparison.evaluations})
+    return f"{model} on {frameworks} framework{'s' * (frameworks != 1)} ({hardware})"
+
+
+def comparison_table(title: str, comparison: ExperimentComparison) -> Table:
+    """One row per member: its framework, latency statistics, what a query cost (CPU time,
+    the framework process's peak memory), top-1, its verdict and parity with the reference
+    member."""
+    with_accuracy = any(m.accuracy for m in comparison.evaluations)
+    table = Table(title=title)
+    for column in ("framework", "version", "host"):
+        table.add_column(column)
+    for column in ("p50 ms", "p90 ms", "p99 ms", "samples/s", "CPU ms/query", "peak MiB"):
+        table.add_column(column, justify="right")
+    if with_accuracy:
+        table.add_column("top-1", justify="right")
+    table.add_column("verdict")
+    table.add_column("parity vs reference")
+    versus = {p.candidate: p for p in comparison.parity if p.reference == comparison.reference}
+    for member in comparison.evaluations:
+        table.add_row(*_row(member, with_accuracy, comparison.reference, versus))
+    return table
+
+
+def _row(
+    member: MemberResult,
+    with_accuracy: bool,
+    reference: uuid.UUID | None,
+    versus: dict[uuid.UUID, PairParity],
+) -> list[str]:
+    cells = [member.framework, member.framework_version, member.host]
+    latency = member.latency
+    if latency is None:
+        cells += ["-"] * 4
+    else:
+        cells += [f"{latency.p50_ms:.3f}", f"{latency.p90_ms:.3f}", f"{latency.p99_ms:.3f}"]
+        cells.append(f"{latency.throughput_per_s:.1f}")
+    cells += cost_cells(member.cost)
+    if with_accuracy:
+        cells.append(f"{member.accuracy.top1:.4f}" if member.accuracy else "-")
+    cells.append(_verdict(member))
+    cells.append(_parity(member, reference, versus))
+    return cells
+
+
+def _verdict(member: MemberResult) -> str:
+    verdict = member.verdict
+    if verdict is None:
+        return "-"
+    if verdict.status == "VALID":
+        return "[green]VALID[/]" + (" (warnings)" if verdict.reasons else "")
+    return "[red]INVALID[/]: " + ", ".join(r.code for r in verdict.errors)
+
+
+def _parity(
+    member: MemberResult, reference: uuid.UUID | None, versus: dict[uuid.UUID, PairParity]
+) -> str:
+    if member.status != "completed":
+        return f"[red]{member.status}[/]"
+    if member.evaluation_id == reference:
+        return "reference"
+    parity = versus.get(member.evaluation_id)
+    if parity is None or not parity.comparable:
+        return "[yellow]not comparable[/]"
+    mark = "[green]ok[/]" if parity.within_tolerance else "[red]out of tolerance[/]"
+    agreement = "" if parity.top1_agreement is None else f", top-1 {parity.top1_agreement:.0%}"
+    return f"{mark} max |diff| {parity.max_abs_error:.1e}{agreement}"
+
+
+def print_comparison(
+    title: str, comparison: ExperimentComparison, not_installed: dict[str, str] | None = None
+) -> None:
+    console.print(comparison_table(title, comparison))
+    _print_costs_and_verdicts(comparison)
+    tolerance = comparison.tolerance
+    within = f"atol {tolerance.atol:g} x scale, top-1 agreement >= {tolerance.min_top1_agreement:g}"
+    if comparison.parity_ok is True:
+        console.print(f"parity: every pair within tolerance ({within})")
+    elif comparison.parity_ok is False:
+        for pair in comparison.parity:
+            if not pair.within_tolerance:
+                console.print(
+                    f"parity: {pair.reference} vs {pair.candidate}: {pair.reason} ({within})",
+                    soft_wrap=True,
+                )
+    if not comparison.complete:
+        console.print("[yellow]the experiment's deadline passed before every member finished[/]")
+    for gap in comparison.failures:
+        subject = " ".join(str(part) for part in (gap.framework, gap.agent_id) if part)
+        console.print(f"[red]failed[/] {subject or gap.model}: {gap.reason}", soft_wrap=True)
+    for framework, reason in (not_installed or {}).items():
+        console.print(f"cannot run here: {framework} ({reason})", soft_wrap=True)
+
+
+def _print_costs_and_verdicts(comparison: ExperimentComparison) -> None:
+    """Why a member is INVALID, and what a starred peak memory means."""
+    for member in comparison.evaluations:
+        for reason in () if member.verdict is None else member.verdict.errors:
+            console.print(f"[red]invalid[/] {member.framework}: {reason.message}", soft_wrap=True)
+    if any(
+        m.cost is not None and m.cost.peak_memory is not None and m.cost.peak_memory.scope != "job"
+        for m in comparison.evaluations
+    ):
+        console.print("* peak memory since the framework process started (no per-job reset here)")
+
+
+def measurement_order(
+    members: list[MemberResult], windows: dict[uuid.UUID, DeviceLease]
+) -> list[str]:
+    """How the members shared each device they measured (one line per host and device):
+    one at a time, in the order their workers got the device; or together (concurrent)."""
+    shared: dict[tuple[str, str], list[tuple[DeviceLease, MemberResult]]] = {}
+    for member in members:
+        if (window := windows.get(member.evaluation_id)) is not None:
+            shared.setdefault((window.host, window.device), []).append((window, member))
+    lines = []
+    for (host, device), measured in shared.items():
+        if len(measured) < 2:
+            continue
+        if not all(window.held for window, _ in measured):
+            lines.append(
+                f"{host} {device}: members measured together (concurrent), without the "
+                "device's lease: each result is labelled measured under contention"
+            )
+            continue
+        measured.sort(key=lambda pair: pair[0].acquired_at)
+        order = ", ".join(
+            member.framework + (f" (waited {w.waited_s:.1f} s)" if w.waited_s >= 0.05 else "")
+            for w, member in measured
+        )
+        lines.append(
+            f"{host} {device}: members measured one at a time, in the order their workers "
+            f"got the device: {order}"
+        )
+    return lines
+
+
+def _print_order(lines: list[str]) -> None:
+    for line in lines:
+        console.print(line, soft_wrap=True, highlight=False)
+
+
+def show_comparison(compared: Compared, json_path: Path | None) -> None:
+    """The comparison table, how the members shared their devices, where it is stored; exit 1
+    when a member failed or two members' outputs disagree."""
+    comparison = compared.comparison
+    if comparison is None:
+        raise fail(f"experiment {compared.experiment_id} failed: {compared.error}", 1)
+    title = _title(compared.model, comparison, compared.hardware)
+    print_comparison(title, comparison, compared.not_installed)
+    _print_order(measurement_order(comparison.evaluations, compared.windows))
+    if compared.footer is not None:
+        console.print(compared.footer)
+    if json_path is not None:
+        console.print(f"full result written to {json_path}")
+    if comparison.failures or comparison.parity_ok is False:
+        raise typer.Exit(1)

@@ -1,0 +1,88 @@
+"""``dlscope models``: the registry from the command line.
+
+Without ``--gateway`` the commands work on the embedded registry (the SQLite store under
+DLSCOPE_HOME, which ``dlscope run`` uses); with it, on a running deployment over HTTP.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from dlscope.cli.client import client_for
+from dlscope.cli.terminal import console, fail
+from shared.errors import DlscopeError
+from shared.manifests import ModelManifest, load_manifest
+
+__all__ = ["Gateway", "Token", "models"]
+
+models = typer.Typer(
+    help="The model registry: list, show, register, deprecate.", no_args_is_help=True
+)
+
+Gateway = Annotated[
+    str | None,
+    typer.Option(envvar="DLSCOPE_GATEWAY_URL", help="a running gateway; default: embedded"),
+]
+Token = Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")]
+
+
+@models.command("list")
+def list_models(
+    gateway: Gateway = None,
+    framework: Annotated[str | None, typer.Option(help="only models for this framework")] = None,
+    task: Annotated[str | None, typer.Option(help="only models for this task")] = None,
+    name: Annotated[str | None, typer.Option(help="only versions of this model")] = None,
+    deprecated: Annotated[bool, typer.Option("--deprecated", help="include them")] = False,
+    token: Token = None,
+) -> None:
+    """The registered models: the built-in zoo and what users registered."""
+    rows = client_for(gateway, token).models(
+        name=name, framework=framework, task=task, include_deprecated=deprecated
+    )
+    table = Table(title="registered models")
+    for column in ("name", "version", "framework", "task", "description"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row.name,
+            row.version + (" (deprecated)" if row.deprecated else ""),
+            row.framework or "",
+            row.task or "",
+            row.description,
+        )
+    console.print(table)
+
+
+@models.command("register")
+def register(
+    file: Annotated[Path, typer.Argument(help="a model manifest (YAML); see docs/manifests.md")],
+    gateway: Gateway = None,
+    token: Token = None,
+) -> None:
+    """Register a model manifest. Versions are immutable: change means a new version."""
+    try:
+        manifest = load_manifest(file)
+    except DlscopeError as exc:
+        raise fail(str(exc), 2) from exc
+    if not isinstance(manifest, ModelManifest):
+        raise fail(f"{file}: a {manifest.kind} manifest; `models register` takes models", 2)
+    created = client_for(gateway, token).register(manifest, str(file))
+    state = "registered" if created else "already registered, unchanged"
+    console.print(f"{manifest.ref}: {state}")
+
+
+@models.command("deprecate")
+def deprecate(
+    name: str,
+    version: str,
+    reason: Annotated[str, typer.Option(help="why; shown to users")],
+    gateway: Gateway = None,
+    token: Token = None,
+) -> None:
+    """Deprecate a version: constraints stop choosing it; an exact pin still does."""
+    client_for(gateway, token).deprecate(name, version, reason)
+    console.print(f"{name}@{version}: deprecated")

@@ -1,0 +1,88 @@
+"""``dlscope up`` (every service in this process, behind the HTTP gateway) and ``dlscope
+serve NAME`` (one service of a deployment, on its broker and database)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import signal
+from typing import Annotated, cast
+
+import typer
+
+from dlscope.catalogue import SERVICES, main_module
+from dlscope.cli.terminal import console, fail
+from shared.config import Settings
+from shared.messages import FRAMEWORKS, Framework, Hardware
+
+__all__ = ["LOG_FORMAT", "serve", "up"]
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def up(
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8080,
+    framework: Annotated[
+        str,
+        typer.Option(
+            "--framework",
+            "-f",
+            help="the workers to start: frameworks separated by commas, or 'all' (every one "
+            "installed here)",
+        ),
+    ] = "onnxruntime",
+) -> None:
+    """Serve the HTTP gateway and every service in this process (in-memory broker, SQLite)."""
+    import uvloop
+
+    from dlscope.embedded import embedded_settings, installed, serve_all
+
+    settings = embedded_settings(Settings())
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    wanted = FRAMEWORKS if framework == "all" else tuple(framework.split(","))
+    unknown = [f for f in wanted if f not in FRAMEWORKS]
+    if unknown:
+        raise fail(f"unknown framework {unknown[0]!r}; choose from {', '.join(FRAMEWORKS)}", 2)
+    missing = {f: why for f in wanted if (why := installed(f))}
+    if framework != "all" and missing:
+        raise fail("; ".join(missing.values()), 2)
+    workers: list[tuple[Framework, Hardware]] = [
+        (cast(Framework, f), "cpu") for f in wanted if f not in missing
+    ]
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        names = ", ".join(f for f, _ in workers)
+        console.print(f"dlscope up: http://{host}:{port}/docs, workers: {names} (Ctrl-C stops)")
+        await serve_all(settings, host=host, port=port, stop=stop, workers=workers)
+
+    uvloop.run(main())
+
+
+def serve(
+    service: Annotated[str, typer.Argument(help=f"one of {', '.join(SERVICES)}")],
+    host: Annotated[str, typer.Option(help="gateway only")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="gateway only")] = 8080,
+    framework: Annotated[str, typer.Option(help="worker only")] = "onnxruntime",
+    hardware: Annotated[str, typer.Option(help="worker only")] = "cpu",
+    agent_id: Annotated[str | None, typer.Option(help="worker only")] = None,
+    partition: Annotated[
+        int, typer.Option(help="recorder only: 0-based, of DLSCOPE_RECORDER_PARTITIONS")
+    ] = 0,
+) -> None:
+    """Run one service against the configured broker and database (DLSCOPE_BROKER_URL, …)."""
+    if service not in SERVICES:
+        raise fail(f"unknown service {service!r}; choose one of: {', '.join(SERVICES)}", 2)
+    # Each service's own command line, as `python -m services.<name>` takes it.
+    argv = {
+        "gateway": ["--host", host, "--port", str(port)],
+        "worker": ["--framework", framework, "--hardware", hardware]
+        + (["--agent-id", agent_id] if agent_id else []),
+        "recorder": ["--partition", str(partition)],
+    }.get(service, [])
+    importlib.import_module(main_module(service)).main(argv)

@@ -1,0 +1,113 @@
+"""The tables a settled evaluation prints: its statistics with their confidence, what it
+cost, its verdict, and the layers of one profiled query."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from dlscope.cli.machine import machine_rows
+
+__all__ = ["layers_table", "summary_table"]
+
+
+def summary_table(evaluation: dict[str, Any]) -> Table:
+    result = evaluation["result"]
+    scenario = result.get("scenario") or {}
+    table = Table(
+        title=f"{evaluation['model']} {evaluation['model_version']} on "
+        f"{evaluation['framework']} ({evaluation['hardware']}), "
+        f"{scenario.get('name', 'single-stream')} ({scenario.get('driver', 'native')} driver)"
+    )
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    for key in ("count", "batch_size", "warmup_count"):
+        table.add_row(key.replace("_", " "), str(result[key]))
+    for key in (
+        "load_ms",
+        "first_inference_ms",
+        "mean_ms",
+        "std_ms",
+        "min_ms",
+        "p50_ms",
+        "p90_ms",
+        "p99_ms",
+        "max_ms",
+    ):
+        if result.get(key) is not None:
+            label = key.removesuffix("_ms").replace("_", " ") + " (ms)"
+            table.add_row(label, f"{result[key]:.3f}")
+    table.add_row("throughput (samples/s)", f"{result['throughput_per_s']:.1f}")
+    for phase in result.get("statistics") or []:
+        _interval_rows(table, phase, several=len(result["statistics"]) > 1)
+    if result.get("harness_overhead_ns") is not None:
+        table.add_row("harness overhead (µs/query)", f"{result['harness_overhead_ns'] / 1e3:.2f}")
+    for label, value in machine_rows(result.get("machine")):
+        table.add_row(label, value)
+    warmup = result.get("warmup")
+    if warmup:
+        table.add_row("warm-up ended by", str(warmup["decided_by"]))
+    accuracy = result.get("accuracy")
+    if accuracy:
+        on = accuracy["dataset"] + (f" {accuracy['split']}" if accuracy["split"] else "")
+        table.add_row(f"top-1 on {on} ({accuracy['samples']} samples)", f"{accuracy['top1']:.4f}")
+        table.add_row("top-5", f"{accuracy['top5']:.4f}")
+    for phase in result.get("loadgen") or []:
+        table.add_row(f"LoadGen result (batch {phase['samples_per_query']})", phase["result"])
+        table.add_row("LoadGen logs", phase["output_dir"])
+    verdict = result.get("verdict")
+    if verdict:
+        table.add_row("verdict", verdict["status"])
+        for reason in verdict["reasons"]:
+            table.add_row(f"  {reason['severity']}: {reason['code']}", reason["message"])
+    return table
+
+
+def layers_table(layers: list[dict[str, Any]], *, shown: int = 25) -> Table:
+    """One query's layers as the first profiled pass timed them, slowest first."""
+    total = sum(layer["end_ns"] - layer["start_ns"] for layer in layers)
+    table = Table(title=f"per-layer time, one profiled query ({len(layers)} layers)")
+    for column in ("layer", "op", "output shape", "µs", "share"):
+        table.add_column(column, justify="right" if column in ("µs", "share") else "left")
+    slowest = sorted(layers, key=lambda layer: layer["start_ns"] - layer["end_ns"])
+    for layer in slowest[:shown]:
+        took = layer["end_ns"] - layer["start_ns"]
+        fused = f" (+{len(layer['fused'])} fused)" if layer["fused"] else ""
+        table.add_row(
+            layer["node"] + fused,
+            layer["op_type"],
+            " ".join(str(shape) for shape in layer["output_shapes"]),
+            f"{took / 1e3:.1f}",
+            f"{took / total:.1%}" if total else "",
+        )
+    if len(layers) > shown:
+        table.add_row(f"… {len(layers) - shown} more (--json has them all)", "", "", "", "")
+    return table
+
+
+def _interval_rows(table: Table, phase: dict[str, Any], *, several: bool) -> None:
+    """The headline percentile and the median with their confidence intervals; a percentile
+    with too few queries behind it is shown as a bound (≥)."""
+    prefix = f"batch {phase['samples_per_query']}: " if several else ""
+    for figure in (phase["median"], phase["headline"]):
+        name = f"p{figure['percentile'] * 100:g}"
+        value = f"{figure['value_ns'] / 1e6:.3f}"
+        if figure["kind"] == "bound":
+            value = f"≥ {value} (bound: < {figure['min_queries']} queries)"
+        elif figure.get("interval"):
+            interval = figure["interval"]
+            value += f" [{interval['low'] / 1e6:.3f}, {interval['high'] / 1e6:.3f}]"
+        table.add_row(f"{prefix}{name} (ms) {_confidence(figure)}", value)
+    throughput = phase["throughput"]
+    interval = throughput["interval"]
+    table.add_row(
+        f"{prefix}samples/s {_confidence(throughput)}",
+        f"{throughput['per_s']:.1f} [{interval['low']:.1f}, "
+        + ("unbounded]" if interval["high"] is None else f"{interval['high']:.1f}]"),
+    )
+
+
+def _confidence(figure: dict[str, Any]) -> str:
+    interval = figure.get("interval")
+    return f"({interval['confidence']:.0%} CI)" if interval else ""

@@ -1,0 +1,68 @@
+"""``run``, ``submit`` and ``publish`` take one set of evaluation options, checked the same way
+before anything starts: a bad option is refused naming what the user typed, whether the
+request would go to the embedded dlscope, a gateway or a broker."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from dlscope.cli import app
+from dlscope.cli.options import ComparisonOptions, EvaluationOptions
+
+# Nothing listens here: a command that got past its options would fail to connect instead.
+UNREACHABLE = ["--gateway", "http://127.0.0.1:9"]
+COMMANDS = {
+    "run": [],
+    "submit": UNREACHABLE,
+    "publish": [],
+}
+
+
+def _options(command: str) -> set[str]:
+    found = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    return {param.name for param in found.params if param.name}
+
+
+def test_the_three_commands_take_every_evaluation_option() -> None:
+    evaluation = {field.name for field in dataclasses.fields(EvaluationOptions)}
+    comparison = {field.name for field in dataclasses.fields(ComparisonOptions)}
+    assert len(evaluation) == 21
+    for command in COMMANDS:
+        assert evaluation <= _options(command), command
+    # Only the commands that can start an experiment compare its members.
+    assert comparison <= _options("run")
+    assert comparison <= _options("submit")
+    assert not comparison & _options("publish")
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["-b", "0"], "--batch-size (-b) must be at least 1, got 0"),
+        (["--batch-sizes", "1,x"], "--batch-sizes takes integers separated by commas"),
+        (["--scenario", "nonsense"], "--scenario must be one of"),
+        (["-f", "caffe"], "unknown framework 'caffe'"),
+        (["--trace-level", "kernels"], "--trace-level must be one of"),
+    ],
+)
+def test_a_bad_option_is_refused_the_same_way_by_each_command(
+    command: str, given: list[str], said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # publish refuses an in-memory broker before it sends: give it one it cannot reach.
+    monkeypatch.setenv("DLSCOPE_BROKER_URL", "amqp://guest:guest@127.0.0.1:9/")
+    result = CliRunner().invoke(app, [command, "squeezenet", *COMMANDS[command], *given])
+    assert result.exit_code == 2, result.output
+    assert said in " ".join(result.output.split())
+
+
+def test_an_experiment_refuses_a_trace_level_before_it_starts() -> None:
+    result = CliRunner().invoke(
+        app, ["submit", "digits-cnn", "-f", "all", "--trace-level", "framework", *UNREACHABLE]
+    )
+    assert result.exit_code == 2
+    assert "trace one evaluation, not an experiment" in " ".join(result.output.split())
