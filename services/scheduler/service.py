@@ -32,8 +32,8 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from services.scheduler.agents import AgentDirectory
-from services.scheduler.artifacts import ship
 from services.scheduler.attempts import described, standing_by_row, standing_here
+from services.scheduler.decisions import Refusal, checked_dataset, checked_model, dispatch
 from services.scheduler.experiments import Resolved, plan_experiment
 from services.scheduler.losses import Losses
 from services.scheduler.recovery import in_flight
@@ -41,7 +41,6 @@ from services.scheduler.running import RunningJobs
 from shared.errors import ConfigurationError, DlscopeError, InvalidMessage, StoreUnavailable
 from shared.eventstore import EventStore
 from shared.manifests import DatasetManifest, Manifest, ModelManifest
-from shared.measurement import check_sample_count
 from shared.messages import (
     ATTEMPT_CALL,
     AgentHeartbeat,
@@ -62,11 +61,9 @@ from shared.messages import (
     FailureStage,
     ResolveArtifact,
     ResolvedArtifact,
-    RunEvaluation,
     agent_stream,
     evaluation_stream,
     failure_caused_by,
-    job_key,
     rpc_key,
 )
 from shared.messaging import Binding
@@ -384,122 +381,64 @@ class SchedulerService:
             await self._losses.agent_lost(agent.agent_id, offline.reason)
 
     async def _schedule(self, envelope: Envelope) -> None:
+        """Resolve the request's model and dataset, then publish what ``decisions`` decides."""
         request = envelope.open(EvaluationRequested)
-        manifest, error = await self._resolve(
-            envelope, "model", request.model, request.model_version
-        )
-        if not isinstance(manifest, ModelManifest):
-            await self._fail(envelope, "validation", error)
+        resolved = await self._resolve(envelope, "model", request.model, request.model_version)
+        model = checked_model(request, resolved)
+        if isinstance(model, Refusal):
+            await self._fail(envelope, model.stage, model.reason)
             return
-        if not manifest.runs_on(request.framework):
-            await self._fail(
-                envelope,
-                "validation",
-                f"model {manifest.ref} is for {manifest.framework.name}; "
-                f"it cannot run on {request.framework}",
-            )
-            return
-        dataset = None
+        dataset: DatasetManifest | None = None
         if request.dataset is not None:
-            found, error = await self._resolve(
+            found = await self._resolve(
                 envelope, "dataset", request.dataset, request.dataset_version
             )
-            if not isinstance(found, DatasetManifest):
-                await self._fail(envelope, "validation", error)
+            checked = checked_dataset(request, found)
+            if isinstance(checked, Refusal):
+                await self._fail(envelope, checked.stage, checked.reason)
                 return
-            dataset = found
-            if request.split is not None and request.split not in dataset.splits:
-                splits = ", ".join(dataset.splits) or "none"
-                await self._fail(
-                    envelope,
-                    "validation",
-                    f"dataset {dataset.ref} has no split {request.split!r}; splits: {splits}",
-                )
-                return
-            try:  # a multi-stream query cannot draw more distinct samples than there are
-                check_sample_count(
-                    request.scenario.measurement(), dataset.sample_count(request.split)
-                )
-            except ConfigurationError as exc:
-                await self._fail(envelope, "validation", f"dataset {dataset.ref}: {exc}")
-                return
-        now = time.monotonic()
-        needs = manifest.version_needed_by(request.framework)
-        candidates = self.agents.candidates(request, now, model_needs=needs)
-        answering = self._listening_since + self._discovery_window - now
-        if not candidates and answering > 0:
-            # Just started, or back from a broker outage: the agents are still answering the
-            # discovery call. "No such agent" is said once they have had time to.
-            await asyncio.sleep(answering)
-            now = time.monotonic()
-            candidates = self.agents.candidates(request, now, model_needs=needs)
-        if not candidates:
-            await self._fail(
-                envelope,
-                "scheduling",
-                self.agents.explain_no_match(request, now, model_needs=needs),
-            )
-            return
-        # Where the candidates run decides how the job names the model's files (artifacts.py).
-        shipment = ship(
-            manifest,
+            dataset = checked
+        await self._until_agents_answered(request, model)
+        decided = dispatch(
+            request,
+            model,
             dataset,
-            candidates,
+            self.agents,
+            time.monotonic(),
             artifact_url=self._settings.artifact_url,
             here=socket.gethostname(),
         )
-        if isinstance(shipment, str):
-            await self._fail(envelope, "artifact", shipment)
+        if isinstance(decided, Refusal):
+            await self._fail(envelope, decided.stage, decided.reason)
             return
-        candidates = shipment.candidates
-        agent_id = self.agents.route(request, candidates, now)
+        await self._bus.publish(envelope.caused(decided.scheduled, producer=self.name))
         await self._bus.publish(
-            envelope.caused(
-                EvaluationScheduled(
-                    evaluation_id=request.evaluation_id,
-                    model=manifest.name,
-                    model_version=manifest.version,
-                    framework=request.framework,
-                    hardware=request.hardware,
-                    agent_id=agent_id,
-                    candidates=[a.agent_id for a in candidates],
-                    experiment_id=request.experiment_id,
-                ),
-                producer=self.name,
-            )
-        )
-        # Unpinned jobs go to the shared queue of the framework and hardware, where the first
-        # free worker takes them; pinned ones (by the request, or because not every worker on
-        # the shared queue can run the job) to that agent's own queue.
-        await self._bus.publish(
-            envelope.caused(
-                RunEvaluation(
-                    evaluation_id=request.evaluation_id,
-                    manifest=shipment.manifest,
-                    framework=request.framework,
-                    framework_version=request.framework_version,
-                    hardware=request.hardware,
-                    scenario=request.scenario,
-                    dataset=shipment.dataset,
-                    split=request.split,
-                    experiment_id=request.experiment_id,
-                    trace_level=request.trace_level,
-                    trace_queries=request.trace_queries,
-                    concurrent=request.concurrent,
-                ),
-                producer=self.name,
-            ),
+            envelope.caused(decided.job, producer=self.name),
             exchange=self._bus.topology.jobs,
-            routing_key=job_key(request.framework, request.hardware, agent_id),
+            routing_key=decided.routing_key,
         )
         self._watch(envelope)
+
+    async def _until_agents_answered(
+        self, request: EvaluationRequested, model: ModelManifest
+    ) -> None:
+        """Just started, or back from a broker outage, with no agent for ``request`` yet: wait
+        until the agents have had time to answer the discovery call, so that "no such agent"
+        is said only of agents that are truly absent."""
+        now = time.monotonic()
+        answering = self._listening_since + self._discovery_window - now
+        needs = model.version_needed_by(request.framework)
+        if answering > 0 and not self.agents.candidates(request, now, model_needs=needs):
+            await asyncio.sleep(answering)
 
     async def _schedule_experiment(self, envelope: Envelope) -> None:
         request = envelope.open(ExperimentRequested)
         models: list[Resolved] = []
         for ref in request.models:
-            manifest, error = await self._resolve(envelope, "model", ref.model, ref.version)
-            models.append((ref, manifest if isinstance(manifest, ModelManifest) else error))
+            found = await self._resolve(envelope, "model", ref.model, ref.version)
+            if not isinstance(found, ModelManifest | str):
+                found = f"{found.ref} is a {found.kind}, not a model"
+            models.append((ref, found))
         decision = plan_experiment(
             request,
             models,
@@ -549,9 +488,7 @@ class SchedulerService:
         failed = ExperimentFailed(experiment_id=request.experiment_id, reason=reason)
         await self._bus.publish(envelope.caused(failed, producer=self.name))
 
-    async def _resolve(
-        self, cause: Envelope, kind: str, name: str, version: str
-    ) -> tuple[Manifest | None, str]:
+    async def _resolve(self, cause: Envelope, kind: str, name: str, version: str) -> Manifest | str:
         """The registry's manifest for ``kind`` ``name`` ``version``, or why there is none."""
         reply = await self._bus.request(
             rpc_key("registry", "resolve"),
@@ -567,7 +504,9 @@ class SchedulerService:
             timeout=self._settings.rpc_timeout_s,
         )
         found = reply.open(ResolvedArtifact)
-        return found.manifest, found.error or f"no {kind} {name!r} in the registry"
+        if found.manifest is not None:
+            return found.manifest
+        return found.error or f"no {kind} {name!r} in the registry"
 
     async def _fail(self, cause: Envelope, stage: FailureStage, reason: str) -> None:
         failed = failure_caused_by(

@@ -30,7 +30,15 @@ async def test_a_framework_level_evaluation_keeps_its_layers(any_stack: Stack) -
     totals = [layer["total_ns"] for layer in framework["top"]]
     assert totals == sorted(totals, reverse=True)
     assert framework["layers_total"] > 3
-    assert framework["op_types"][0]["op_type"] == "Conv"  # SqueezeNet is convolutions
+    op_types = framework["op_types"]
+    assert [t["total_ns"] for t in op_types] == sorted(
+        (t["total_ns"] for t in op_types), reverse=True
+    )
+    # SqueezeNet is convolutions: no op type has more layers. (Which one takes the most time
+    # depends on the CPU and the moment: on an AMD Zen 5 its Concats once outlasted its Convs
+    # over two profiled queries.)
+    conv = next(t for t in op_types if t["op_type"] == "Conv")
+    assert conv["layers"] == max(t["layers"] for t in op_types)
     assert all(layer["calls"] == 2 for layer in framework["top"])
     assert framework["top"][0]["input_shapes"]
 
