@@ -106,6 +106,9 @@ class SchedulerService:
         # broker coming back): until they have had time to answer the discovery call, an
         # empty directory means "not heard yet", not "no such agent".
         self._listening_since = time.monotonic()
+        # This instance's own link to the broker went down and it has not yet made up for
+        # what it could not hear meanwhile (``_hearing_again``).
+        self._deaf = False
 
     async def start(self) -> None:
         await self._bus.start()
@@ -334,26 +337,31 @@ class SchedulerService:
         """Declare offline, once, every agent that missed its heartbeats."""
         # Twice per heartbeat: an agent is declared at most half an interval late.
         period = self._settings.heartbeat_interval_s / 2
-        deaf = False
         while True:
             await asyncio.sleep(period)
             if not self._bus.is_connected:
-                deaf = True
+                self._deaf = True
                 continue
-            if deaf:
-                # The heartbeats sent while this scheduler's own link was down never reached
-                # it: that silence is not the agents'. (A broker outage otherwise failed
-                # every running evaluation, its agent "offline" for missed heartbeats.)
-                self.agents.excuse(time.monotonic())
-                deaf = False
-                try:  # and an agent that started meanwhile is not known here yet
-                    await self._discover()
-                except Exception as exc:
-                    log.warning("discovery after a reconnect not sent: %s", exc)
+            await self._hearing_again()
             try:
                 await self._declare_lapsed()
             except Exception as exc:  # a broker outage must not end the sweeping
                 log.warning("offline declarations not sent: %s", exc)
+
+    async def _hearing_again(self) -> None:
+        """This scheduler's own link was down and is back: the heartbeats sent meanwhile never
+        reached it, so that silence is not the agents' (a broker outage otherwise failed every
+        running evaluation, its agent "offline"), and an agent that started meanwhile is not
+        known here yet. Done once, by whichever notices first: the sweep, or a request that
+        arrives before the sweep's next turn (it was failed for "no agents are online")."""
+        if not self._deaf:
+            return
+        self._deaf = False
+        self.agents.excuse(time.monotonic())
+        try:
+            await self._discover()
+        except Exception as exc:
+            log.warning("discovery after a reconnect not sent: %s", exc)
 
     async def _declare_lapsed(self) -> None:
         missed = self.agents.missed_heartbeats
@@ -425,6 +433,7 @@ class SchedulerService:
         """Just started, or back from a broker outage, with no agent for ``request`` yet: wait
         until the agents have had time to answer the discovery call, so that "no such agent"
         is said only of agents that are truly absent."""
+        await self._hearing_again()
         now = time.monotonic()
         answering = self._listening_since + self._discovery_window - now
         needs = model.version_needed_by(request.framework)
@@ -433,6 +442,7 @@ class SchedulerService:
 
     async def _schedule_experiment(self, envelope: Envelope) -> None:
         request = envelope.open(ExperimentRequested)
+        await self._hearing_again()  # its plan reads who is online
         models: list[Resolved] = []
         for ref in request.models:
             found = await self._resolve(envelope, "model", ref.model, ref.version)
