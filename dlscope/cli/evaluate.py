@@ -23,13 +23,11 @@ from dlscope.cli.options import ComparisonOptions, EvaluationOptions, ModelArg
 from dlscope.cli.repeats import DEFAULT_MAX_SPREAD, run_arguments, run_repeated
 from dlscope.cli.spread import spread_options
 from dlscope.cli.tables import layers_table, summary_table
-from dlscope.cli.terminal import console, fail
+from dlscope.cli.terminal import LOG_FORMAT, console, fail
 from shared.config import Settings
 from shared.errors import DlscopeError
 
-__all__ = ["LOG_FORMAT", "publish", "run", "submit"]
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+__all__ = ["publish", "run", "submit"]
 
 JsonPath = Annotated[Path | None, typer.Option("--json", help="write the full result here")]
 Gateway = Annotated[str, typer.Option(envvar="DLSCOPE_GATEWAY_URL")]

@@ -12,13 +12,11 @@ from typing import Annotated, cast
 import typer
 
 from dlscope.catalogue import SERVICES, main_module
-from dlscope.cli.terminal import console, fail
+from dlscope.cli.terminal import LOG_FORMAT, console, fail
 from shared.config import Settings
 from shared.messages import FRAMEWORKS, Framework, Hardware
 
-__all__ = ["LOG_FORMAT", "serve", "up"]
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+__all__ = ["serve", "up"]
 
 
 def up(

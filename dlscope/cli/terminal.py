@@ -15,7 +15,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-__all__ = ["console", "errors", "fail", "progress"]
+__all__ = ["LOG_FORMAT", "console", "errors", "fail", "progress"]
+
+# How the services' own logs read when a command shows them (run --verbose, up).
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 console = Console()
 errors = Console(stderr=True)
