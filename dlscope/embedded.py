@@ -15,7 +15,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
 
@@ -49,8 +49,8 @@ from shared.messages import (
     experiment_stream,
     rpc_key,
 )
-from shared.messaging import Binding, Bus, MemoryBroker
-from shared.runtime import Runtime, Service, running
+from shared.messaging import Binding, Bus
+from shared.runtime import Runtime, Service, running, stopping
 from shared.telemetry import trace_id_hex
 
 __all__ = [
@@ -63,6 +63,8 @@ __all__ = [
     "list_models",
     "serve_all",
 ]
+
+P = TypeVar("P", bound=Payload)
 
 
 # Told each event of the evaluations run (type, payload): progress for the command line.
@@ -108,14 +110,11 @@ async def evaluate(
     """Run one evaluation through every service in this process; return what was recorded.
     ``watch`` is told each event of the evaluation (its type and payload) as it happens."""
     runtime = Runtime.create(settings, "dlscope")
-    broker = runtime.broker
-    assert isinstance(broker, MemoryBroker), "the embedded mode runs on memory://"
     try:
         async with running(all_services(runtime, [(request.framework, request.hardware)])):
             client = runtime.bus("cli")
             await client.start()
             trace_id = await _publish_and_wait(
-                broker,
                 runtime,
                 client,
                 request,
@@ -124,7 +123,7 @@ async def evaluate(
                 outcomes=(EvaluationCompleted.TYPE, EvaluationFailed.TYPE),
                 watch=watch,
             )
-            await broker.drained()  # the recorder has stored every event
+            await runtime.broker.drained()  # the recorder has stored every event
             await client.stop()
         async with EventStore.from_url(settings.resolved_database_url) as store:
             evaluation = await store.get_evaluation(request.evaluation_id)
@@ -176,13 +175,11 @@ async def experiment(
     frameworks, on every one of them installed here (a worker each), in this process;
     ``watch`` is told each event of its member evaluations as it happens."""
     runtime = Runtime.create(settings, "dlscope")
-    broker = runtime.broker
-    assert isinstance(broker, MemoryBroker), "the embedded mode runs on memory://"
     try:
         async with running(all_services(runtime, [])):
             client = runtime.bus("cli")
             await client.start()
-            models = await _exports(settings, broker, client, request)
+            models = await _exports(runtime, client, request)
             # Every framework that runs one of the exports (ONNX also runs on opencl and
             # tensorrt), within the request's selection: a worker for each installed here.
             wanted = request.frameworks
@@ -204,9 +201,8 @@ async def experiment(
                 }
             )
             workers = await _framework_workers(runtime, serving, request.hardware, not_installed)
-            async with running(workers):
+            async with stopping(workers):
                 trace_id = await _publish_and_wait(
-                    broker,
                     runtime,
                     client,
                     request,
@@ -215,7 +211,7 @@ async def experiment(
                     outcomes=(ExperimentCompared.TYPE, ExperimentFailed.TYPE),
                     watch=watch,
                 )
-            await broker.drained()  # the recorder has stored every event
+            await runtime.broker.drained()  # the recorder has stored every event
             await client.stop()
         async with EventStore.from_url(settings.resolved_database_url) as store:
             view = await store.get_experiment(request.experiment_id)
@@ -248,41 +244,44 @@ def _window(events: list[StoredEvent]) -> DeviceLease | None:
 async def _framework_workers(
     runtime: Runtime, frameworks: list[Framework], hardware: Hardware, broken: dict[str, str]
 ) -> list[WorkerService]:
-    """A worker for each of ``frameworks`` whose framework process starts (its framework
-    imports here; all of them at once); those that do not are added to ``broken`` with the
-    reason."""
+    """A started worker for each of ``frameworks`` that can run here (their framework
+    processes start all at once); those that cannot are added to ``broken`` with the reason,
+    and stopped. The caller stops the others."""
     workers = [WorkerService(runtime, framework=f, hardware=hardware) for f in frameworks]
-    started = await asyncio.gather(*(w.process.start() for w in workers), return_exceptions=True)
+    started = await asyncio.gather(*(w.start() for w in workers), return_exceptions=True)
     serving = []
     for worker, outcome in zip(workers, started, strict=True):
-        if isinstance(outcome, DlscopeError):
-            broken[worker.framework] = str(outcome)
-            await worker.process.close()
-        elif isinstance(outcome, BaseException):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, DlscopeError):
             raise outcome
-        else:
+        why = str(outcome) if outcome is not None else worker.unavailable
+        if why is None:
             serving.append(worker)
+            continue
+        # Stopped before the plan: an agent that cannot run gets no member to fail.
+        broken[worker.framework] = why
+        await (worker.process.close() if outcome is not None else worker.stop())
     return serving
 
 
 async def _exports(
-    settings: Settings, broker: MemoryBroker, client: Bus, request: ExperimentRequested
+    runtime: Runtime, client: Bus, request: ExperimentRequested
 ) -> list[ModelManifest]:
     """The request's first model and its exports for the frameworks it asks for."""
+    settings = runtime.settings
     named = request.models[0]
-    reply = await client.request(
+    found = await client.ask(
         rpc_key("registry", "resolve"),
         Envelope.wrap(
             ResolveArtifact(kind="model", name=named.model, version=named.version),
             stream_id="registry",
             correlation_id=request.experiment_id,
         ),
+        ResolvedArtifact,
         timeout=settings.rpc_timeout_s,
     )
-    found = reply.open(ResolvedArtifact)
     if not isinstance(found.manifest, ModelManifest):
         raise ModelNotFound(found.error or f"no model {named.model!r} in the registry")
-    await broker.drained()  # the registry's registrations are stored
+    await runtime.broker.drained()  # the registry's registrations are stored
     async with EventStore.from_url(settings.resolved_database_url) as store:
         views = await store.list_artifacts(kind="model")
     registered = [m for view in views if (m := view.model_manifest()) is not None]
@@ -290,7 +289,6 @@ async def _exports(
 
 
 async def _publish_and_wait(
-    broker: MemoryBroker,
     runtime: Runtime,
     client: Bus,
     request: Payload,
@@ -331,7 +329,7 @@ async def _publish_and_wait(
             durable=False,
         )
     # Let the workers' announcements reach the scheduler before the request does.
-    await broker.drained()
+    await runtime.broker.drained()
     with runtime.telemetry.tracer.start_as_current_span("dlscope run") as span:
         await client.publish(
             Envelope.wrap(
@@ -365,25 +363,25 @@ async def _registry(settings: Settings) -> AsyncIterator[Bus]:
     """The recorder and the registry in this process (which registers the built-in zoo),
     and a client bus to talk to them; everything they published is stored on exit."""
     runtime = Runtime.create(settings, "dlscope")
-    broker = runtime.broker
-    assert isinstance(broker, MemoryBroker), "the embedded mode runs on memory://"
     try:
         async with running(build_control_plane(runtime, ("recorder", "registry"))):
             client = runtime.bus("cli")
             await client.start()
             yield client
-            await broker.drained()
+            await runtime.broker.drained()
             await client.stop()
     finally:
         await runtime.close()
 
 
-async def ask_registry(settings: Settings, call: str, payload: Payload) -> Envelope:
-    """One request/reply call to the embedded registry (``register``, ``deprecate``, …)."""
+async def ask_registry(settings: Settings, call: str, payload: Payload, answer: type[P]) -> P:
+    """One request/reply call to the embedded registry (``register``, ``deprecate``, …), its
+    reply opened as ``answer``."""
     async with _registry(settings) as client:
-        return await client.request(
+        return await client.ask(
             rpc_key("registry", call),
             Envelope.wrap(payload, stream_id="registry", correlation_id=uuid.uuid4()),
+            answer,
             timeout=settings.rpc_timeout_s,
         )
 

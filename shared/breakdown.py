@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from shared.messages import (
     EvaluationMeasured,
@@ -30,11 +30,12 @@ from shared.messages import (
     ProfiledPass,
     TraceLevel,
 )
+from shared.values import Frozen
 
 __all__ = [
     "AlignedRow",
     "ComparedEvaluation",
-    "Comparison",
+    "LayerAlignment",
     "LayerBreakdown",
     "LayerReport",
     "OpTypeShare",
@@ -46,11 +47,7 @@ __all__ = [
 ]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class OpTypeShare(_Frozen):
+class OpTypeShare(Frozen):
     op_type: str
     layers: int = Field(description="distinct layers of this op type")
     calls: int
@@ -58,7 +55,7 @@ class OpTypeShare(_Frozen):
     share: float = Field(description="of a query's time")
 
 
-class LayerBreakdown(_Frozen):
+class LayerBreakdown(Frozen):
     """One profiled pass: its slowest layers and its time per op type."""
 
     level: ProfiledLevel
@@ -124,14 +121,14 @@ def kind_of(op_type: str) -> str:
     return lowered.rpartition("::")[2].lstrip("_")
 
 
-class ComparedEvaluation(_Frozen):
+class ComparedEvaluation(Frozen):
     evaluation_id: uuid.UUID
     framework: str
     source: str
     query_p50_ns: float
 
 
-class AlignedRow(_Frozen):
+class AlignedRow(Frozen):
     kind: str = Field(description="the kind of operation, alike on every framework")
     matched_by: Literal["name", "kind"] | None = Field(
         description="how the layers of the row were matched to the first evaluation's; None "
@@ -140,7 +137,7 @@ class AlignedRow(_Frozen):
     layers: list[LayerStat | None] = Field(description="one per evaluation, in their order")
 
 
-class Comparison(_Frozen):
+class LayerAlignment(Frozen):
     level: ProfiledLevel
     evaluations: list[ComparedEvaluation]
     rows: list[AlignedRow]
@@ -148,7 +145,7 @@ class Comparison(_Frozen):
 
 def align(
     level: ProfiledLevel, profiles: Sequence[tuple[EvaluationProfiled, ProfiledPass]]
-) -> Comparison:
+) -> LayerAlignment:
     """The passes of ``profiles`` (one per evaluation, at ``level``) lined up against the
     first's layers, in the first's order; what the others have that it lacks comes after the
     row it follows."""
@@ -177,7 +174,7 @@ def align(
         ordered.append(_row(row, how[index], width))
         for added in extra.get(index, []):
             ordered.append(_row(added, None, width))
-    return Comparison(
+    return LayerAlignment(
         level=level,
         evaluations=[
             ComparedEvaluation(
@@ -247,7 +244,7 @@ class _Stored(Protocol):
     def payload(self) -> Mapping[str, Any]: ...
 
 
-class LayerReport(_Frozen):
+class LayerReport(Frozen):
     """An evaluation's layers: what ``GET /v1/evaluations/{id}/layers`` answers."""
 
     evaluation_id: uuid.UUID
@@ -257,7 +254,7 @@ class LayerReport(_Frozen):
         description="each level asked for: captured or why not, and its overhead"
     )
     passes: list[LayerBreakdown] = Field(description="one per profiled pass, shallowest first")
-    comparison: Comparison | None = Field(
+    comparison: LayerAlignment | None = Field(
         default=None, description="with compare: the layers lined up, this evaluation first"
     )
 

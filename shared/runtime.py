@@ -20,7 +20,7 @@ from shared.messages import Topology
 from shared.messaging import Broker, Bus, create_broker
 from shared.telemetry import Telemetry
 
-__all__ = ["Runtime", "Service", "run_process", "running"]
+__all__ = ["Runtime", "Service", "run_process", "running", "stopping"]
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +72,19 @@ class Runtime:
 async def running(services: Sequence[Service]) -> AsyncIterator[None]:
     """Start ``services`` in order; on exit stop the started ones in reverse order."""
     started: list[Service] = []
-    try:
+    async with stopping(started):
         for service in services:
             await service.start()
             started.append(service)
             log.info("%s started", service.name)
+        yield
+
+
+@contextlib.asynccontextmanager
+async def stopping(started: Sequence[Service]) -> AsyncIterator[None]:
+    """On exit, stop ``started`` (services already started, or being added to as they
+    start) in reverse order; one that does not stop cleanly does not keep the rest running."""
+    try:
         yield
     finally:
         for service in reversed(started):

@@ -85,17 +85,16 @@ class EmbeddedClient:
         body = manifest.model_dump(mode="json")  # relative sources now absolute
         # This user's own registry, in this process: the manifest may name their files.
         call = RegisterArtifact(manifest=body, local=True)
-        result = _run(ask_registry(self.settings, "register", call)).open(RegistrationResult)
+        result = _run(ask_registry(self.settings, "register", call, RegistrationResult))
         if result.manifest is None:
             raise fail(f"{what}: refused: {result.error}", 1)
         return bool(result.created)
 
     def deprecate(self, name: str, version: str, reason: str) -> None:
         call = DeprecateArtifact(name=name, version=version, reason=reason)
-        reply = _run(ask_registry(self.settings, "deprecate", call))
-        error = reply.open(DeprecationResult).error
-        if error is not None:
-            raise fail(error, 1)
+        reply = _run(ask_registry(self.settings, "deprecate", call, DeprecationResult))
+        if reply.error is not None:
+            raise fail(reply.error, 1)
 
     def report(self, keys: list[uuid.UUID]) -> dict[str, str]:
         # The analyzer's and the gateway's own code draws it: the same report as a deployment's.

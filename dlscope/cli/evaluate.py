@@ -4,6 +4,24 @@ frameworks, an experiment) and show its outcome.
 The three take the same options (``EvaluationOptions``); ``run`` asks the embedded dlscope in
 this process and ``submit`` a running deployment's gateway, through one ``Client`` interface;
 ``publish`` puts the request straight on the deployment's broker.
+
+How one option reaches the kernel, ``-b 4`` (``batch_size``) for instance, in eight hops:
+
+1. ``EvaluationOptions.batch_size`` (``cli/options.py``) becomes the wire ``Scenario``'s
+   ``batch_size`` inside ``EvaluationRequested`` (``shared/messages/scenario.py``), validated
+   once, there, for every client alike (a batched single-stream refuses ``--adaptive``);
+2. the ``Client`` publishes the request (``cli/embedded_client.py`` through the embedded
+   mode, ``cli/http.py`` through the gateway's ``POST /v1/evaluations``);
+3. the scheduler's ``_schedule`` handler receives it typed and ``decisions.dispatch`` copies
+   the scenario into the ``RunEvaluation`` job (``services/scheduler/decisions.py``);
+4. the worker's ``JobRunner.run`` handler receives the job typed (``services/workers/jobs.py``)
+   and calls ``measure_job`` in its framework process (``services/workers/session.py``);
+5. ``measurement.measure`` asks the scenario for its plan, ``Scenario.measurement()``: a
+   ``BatchSweep`` of the one size 4 (``services/workers/measurement.py``), and builds the
+   inputs of each query size before timing starts;
+6. ``run_scenario`` (``shared/measurement/drivers.py``) issues queries of 4 sample indices;
+7. ``run_query`` picks the inputs built for a query of that size;
+8. ``Predictor.predict`` (``services/workers/predictors/``) runs the framework on them.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 
 from services.analyzer.figures import figures
 from services.analyzer.history import history
-from shared.errors import DlscopeError, StoreUnavailable
+from shared.errors import StoreUnavailable
 from shared.eventstore import EventStore, StoredEvent
 from shared.messages import (
     Envelope,
@@ -25,12 +25,11 @@ from shared.messages import (
     HistoryReply,
     HistoryRequest,
     evaluation_stream,
+    rpc_key,
 )
-from shared.messages.envelope import Payload
+from shared.messaging import Routes
 
-__all__ = ["CALLS", "AnalyzerCalls", "measured_figures"]
-
-CALLS = ("figures", "history")
+__all__ = ["AnalyzerCalls", "measured_figures"]
 
 
 class AnalyzerCalls:
@@ -38,30 +37,33 @@ class AnalyzerCalls:
         self._store = store
         self._producer = producer
 
-    async def answer(self, request: Envelope) -> Envelope:
-        call = request.typed()
-        reply: Payload
-        if isinstance(call, FiguresRequest):
-            try:
-                reply = await self.figures(call.evaluation_ids)
-            except StoreUnavailable as exc:
-                reply = FiguresReply(error=str(exc))
-        elif isinstance(call, HistoryRequest):
-            try:
-                views = await self._store.list_evaluations(
-                    model=call.model,
-                    framework=call.framework,
-                    hardware=call.hardware,
-                    status="completed",
-                    limit=call.limit,
-                )
-                reply = HistoryReply(
-                    history=history(call.model, call.framework, call.hardware, views)
-                )
-            except StoreUnavailable as exc:
-                reply = HistoryReply(error=str(exc))
-        else:
-            raise DlscopeError(f"the analyzer does not answer {request.type!r}")
+    def routes(self, exchange: str) -> Routes:
+        """The calls answered here, each under its own key on ``exchange``."""
+        return (
+            Routes(exchange)
+            .on(FiguresRequest, self._figures, key=rpc_key(self._producer, "figures"))
+            .on(HistoryRequest, self._history, key=rpc_key(self._producer, "history"))
+        )
+
+    async def _figures(self, call: FiguresRequest, request: Envelope) -> Envelope:
+        try:
+            reply = await self.figures(call.evaluation_ids)
+        except StoreUnavailable as exc:
+            reply = FiguresReply(error=str(exc))
+        return request.caused(reply, producer=self._producer)
+
+    async def _history(self, call: HistoryRequest, request: Envelope) -> Envelope:
+        try:
+            views = await self._store.list_evaluations(
+                model=call.model,
+                framework=call.framework,
+                hardware=call.hardware,
+                status="completed",
+                limit=call.limit,
+            )
+            reply = HistoryReply(history=history(call.model, call.framework, call.hardware, views))
+        except StoreUnavailable as exc:
+            reply = HistoryReply(error=str(exc))
         return request.caused(reply, producer=self._producer)
 
     async def figures(self, evaluation_ids: list[uuid.UUID]) -> FiguresReply:

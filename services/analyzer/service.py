@@ -23,7 +23,7 @@ import logging
 import uuid
 from datetime import UTC, datetime
 
-from services.analyzer.calls import CALLS, AnalyzerCalls
+from services.analyzer.calls import AnalyzerCalls
 from services.analyzer.experiments import Experiment, compare, evolve
 from services.analyzer.summary import summarize
 from shared.eventstore import EventStore, ExperimentView
@@ -36,14 +36,15 @@ from shared.messages import (
     ExperimentScheduled,
     evaluation_stream,
     experiment_stream,
-    rpc_key,
 )
-from shared.messaging import Binding
+from shared.messaging import Routes
 from shared.runtime import Runtime
 
 __all__ = ["AnalyzerService"]
 
 log = logging.getLogger(__name__)
+
+ExperimentEvent = ExperimentScheduled | EvaluationCompleted | EvaluationFailed
 
 
 class AnalyzerService:
@@ -60,26 +61,22 @@ class AnalyzerService:
         self._store = EventStore.from_url(self._settings.resolved_database_url)
         await self._bus.start()
         events = self._bus.topology.events
-        await self._bus.subscribe(
+        await self._bus.handle(
             self._bus.topology.queue(self.name),
-            [Binding(events, EvaluationMeasured.TYPE)],
-            self._analyze,
+            Routes(events).on(EvaluationMeasured, self._analyze),
         )
         await self._recover(self._store)
-        await self._bus.subscribe(
+        await self._bus.handle(
             self._bus.topology.queue(self.name, "experiments"),
-            [
-                Binding(events, ExperimentScheduled.TYPE),
-                Binding(events, EvaluationCompleted.TYPE),
-                Binding(events, EvaluationFailed.TYPE),
-            ],
-            self._follow_experiment,
+            Routes(events)
+            .on(ExperimentScheduled, self._follow_experiment)
+            .on(EvaluationCompleted, self._follow_experiment)
+            .on(EvaluationFailed, self._follow_experiment),
         )
         # Figures and histories for the gateway's pages and reports, read from the store.
-        await self._bus.subscribe(
+        await self._bus.handle(
             self._bus.topology.queue(self.name, "calls"),
-            [Binding(self._bus.topology.jobs, rpc_key(self.name, call)) for call in CALLS],
-            AnalyzerCalls(self._store, self.name).answer,
+            AnalyzerCalls(self._store, self.name).routes(self._bus.topology.jobs),
         )
 
     async def stop(self) -> None:
@@ -135,8 +132,7 @@ class AnalyzerService:
             self._watch(state.plan, scheduled, after=state.plan.deadline_s - elapsed)
         log.info("experiment %s followed again after a restart", key)
 
-    async def _analyze(self, envelope: Envelope) -> None:
-        measured = envelope.open(EvaluationMeasured)
+    async def _analyze(self, measured: EvaluationMeasured, envelope: Envelope) -> None:
         assert self._store is not None, "started"
         # An outcome is final: a second one would only be kept in the log, unseen, and
         # contradict the first there. (A row not there yet is an evaluation in flight.)
@@ -158,10 +154,7 @@ class AnalyzerService:
         )
         await self._bus.publish(envelope.caused(completed, producer=self.name))
 
-    async def _follow_experiment(self, envelope: Envelope) -> None:
-        event = envelope.typed()
-        if not isinstance(event, ExperimentScheduled | EvaluationCompleted | EvaluationFailed):
-            return
+    async def _follow_experiment(self, event: ExperimentEvent, envelope: Envelope) -> None:
         if event.experiment_id is None:  # an evaluation of its own
             return
         state = evolve(self._experiments.get(event.experiment_id), event)

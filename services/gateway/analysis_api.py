@@ -36,9 +36,9 @@ Context = Annotated[GatewayContext, Depends(context_of)]
 
 async def draw(context: GatewayContext, evaluation_ids: list[uuid.UUID]) -> FiguresReply:
     """The analyzer's figures of ``evaluation_ids``; a store it cannot read is a 503."""
-    reply = (
-        await ask_analyzer(context, "figures", FiguresRequest(evaluation_ids=evaluation_ids))
-    ).open(FiguresReply)
+    reply = await ask_analyzer(
+        context, "figures", FiguresRequest(evaluation_ids=evaluation_ids), FiguresReply
+    )
     if reply.error is not None:
         raise StoreUnavailable(reply.error)
     return reply
@@ -47,13 +47,12 @@ async def draw(context: GatewayContext, evaluation_ids: list[uuid.UUID]) -> Figu
 async def history_of(
     context: GatewayContext, model: str, framework: str, hardware: str, limit: int = 200
 ) -> EvaluationHistory:
-    reply = (
-        await ask_analyzer(
-            context,
-            "history",
-            HistoryRequest(model=model, framework=framework, hardware=hardware, limit=limit),
-        )
-    ).open(HistoryReply)
+    reply = await ask_analyzer(
+        context,
+        "history",
+        HistoryRequest(model=model, framework=framework, hardware=hardware, limit=limit),
+        HistoryReply,
+    )
     if reply.error is not None or reply.history is None:
         raise StoreUnavailable(reply.error or "the analyzer sent no history")
     return reply.history

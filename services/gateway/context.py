@@ -35,6 +35,7 @@ PUBLISH_BOUND_S = 2.0
 
 
 T = TypeVar("T")
+P = TypeVar("P", bound=Payload)
 
 # Ids this gateway accepted, kept a while: a read of one that the recorder has not stored
 # yet waits for it (the client's next request after its POST), instead of a 404.
@@ -92,18 +93,20 @@ async def ask_registry(
     context: GatewayContext,
     call: str,
     payload: Payload,
+    answer: type[P],
     *,
     correlation_id: uuid.UUID | None = None,
     max_bytes: int | None = None,
-) -> Envelope:
-    """One request/reply call to the registry (``resolve``, ``register``, ``deprecate``);
-    ``max_bytes`` for a call larger than other messages (a registration's files)."""
-    return await _ask(context, "registry", call, payload, correlation_id, max_bytes)
+) -> P:
+    """One request/reply call to the registry (``resolve``, ``register``, ``deprecate``),
+    its reply opened as ``answer``; ``max_bytes`` for a call larger than other messages (a
+    registration's files)."""
+    return await _ask(context, "registry", call, payload, answer, correlation_id, max_bytes)
 
 
-async def ask_analyzer(context: GatewayContext, call: str, payload: Payload) -> Envelope:
+async def ask_analyzer(context: GatewayContext, call: str, payload: Payload, answer: type[P]) -> P:
     """One request/reply call to the analyzer (``figures``, ``history``)."""
-    return await _ask(context, "analyzer", call, payload, None)
+    return await _ask(context, "analyzer", call, payload, answer, None)
 
 
 async def _ask(
@@ -111,19 +114,21 @@ async def _ask(
     service: str,
     call: str,
     payload: Payload,
+    answer: type[P],
     correlation_id: uuid.UUID | None,
     max_bytes: int | None = None,
-) -> Envelope:
+) -> P:
     _check_connected(context)
     timeout = context.settings.rpc_timeout_s
     try:
         # The reply's own wait is bounded by rpc_timeout_s; this bounds sending the request.
         async with asyncio.timeout(timeout + PUBLISH_BOUND_S):
-            return await context.bus.request(
+            return await context.bus.ask(
                 rpc_key(service, call),
                 Envelope.wrap(
                     payload, stream_id=service, correlation_id=correlation_id or uuid.uuid4()
                 ),
+                answer,
                 timeout=timeout,
                 max_bytes=max_bytes,
             )

@@ -190,18 +190,18 @@ async def _resolve(
     version_field: str,
 ) -> None:
     """Refuse the request (422, naming the field) unless the registry knows the artifact."""
-    reply = await ask_registry(
+    found = await ask_registry(
         context,
         "resolve",
         ResolveArtifact(kind=kind, name=name, version=version),
+        ResolvedArtifact,
         correlation_id=evaluation_id,
     )
-    error = reply.open(ResolvedArtifact).error
-    if error is not None:
-        field = kind if f"unknown {kind}" in error else version_field
+    if found.error is not None:
+        field = kind if found.problem == "unknown" else version_field
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
-            [{"loc": ["body", field], "msg": error, "type": "value_error"}],
+            [{"loc": ["body", field], "msg": found.error, "type": "value_error"}],
         )
 
 

@@ -257,13 +257,13 @@ async def _resolve(
     context: GatewayContext, experiment_id: uuid.UUID, kind: str, name: str, version: str
 ) -> Manifest | str:
     """The manifest, or the registry's reason there is none."""
-    reply = await ask_registry(
+    found = await ask_registry(
         context,
         "resolve",
         ResolveArtifact(kind=kind, name=name, version=version),
+        ResolvedArtifact,
         correlation_id=experiment_id,
     )
-    found = reply.open(ResolvedArtifact)
     return found.manifest or found.error or f"no {kind} {name!r} in the registry"
 
 

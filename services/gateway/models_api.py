@@ -163,13 +163,13 @@ async def register_model(request: Request, response: Response, context: Context)
         submitted, files = await _parse_upload(request, context)
     else:
         submitted = _parse_manifest(content_type, await request.body(), context)
-    reply = await ask_registry(
+    result = await ask_registry(
         context,
         "register",
         RegisterArtifact(manifest=submitted, files=files),
+        RegistrationResult,
         max_bytes=context.settings.upload_message_bytes,
     )
-    result = reply.open(RegistrationResult)
     if result.conflict:
         raise HTTPException(status.HTTP_409_CONFLICT, result.error)
     if result.manifest is None:
@@ -188,11 +188,13 @@ async def register_model(request: Request, response: Response, context: Context)
 async def deprecate_model(name: str, version: str, body: Deprecation, context: Context) -> None:
     """Deprecate a version: constraints stop choosing it; an exact pin still does."""
     reply = await ask_registry(
-        context, "deprecate", DeprecateArtifact(name=name, version=version, reason=body.reason)
+        context,
+        "deprecate",
+        DeprecateArtifact(name=name, version=version, reason=body.reason),
+        DeprecationResult,
     )
-    error = reply.open(DeprecationResult).error
-    if error is not None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, error)
+    if reply.error is not None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, reply.error)
 
 
 def _media(content_type: str) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.messages import PROGRESS_KEY, Envelope, EvaluationProgress
-from shared.messaging import Binding, Bus
+from shared.messaging import Bus, Routes
 
 __all__ = ["ProgressFeed", "Told"]
 
@@ -40,10 +40,9 @@ class ProgressFeed:
 
     async def listen(self, bus: Bus) -> None:
         """Hear the notifications from now on (an exclusive queue: each gateway hears all)."""
-        await bus.subscribe(
+        await bus.handle(
             bus.topology.queue("gateway", "progress", uuid.uuid4().hex),
-            [Binding(bus.topology.jobs, PROGRESS_KEY)],
-            self._hear,
+            Routes(bus.topology.jobs).on(EvaluationProgress, self._hear, key=PROGRESS_KEY),
             durable=False,
         )
 
@@ -55,8 +54,7 @@ class ProgressFeed:
         steps = self._told.get(evaluation_id)
         return steps[-1] if steps else None
 
-    async def _hear(self, envelope: Envelope) -> None:
-        progress = envelope.open(EvaluationProgress)
+    async def _hear(self, progress: EvaluationProgress, envelope: Envelope) -> None:
         self._heard += 1
         steps = self._told.setdefault(progress.evaluation_id, deque(maxlen=STEPS_KEPT))
         steps.append(Told(self._heard, envelope.payload))

@@ -21,8 +21,8 @@ from services.recorder.batching import BatchWriter
 from shared.errors import ConfigurationError, StoreUnavailable
 from shared.eventstore import EventStore
 from shared.eventstore.migrate import upgrade
-from shared.messages import Envelope
-from shared.messaging import Binding
+from shared.messages import Envelope, Payload
+from shared.messaging import Routes
 from shared.messaging.pause import when_available
 from shared.runtime import Runtime
 
@@ -62,10 +62,10 @@ class RecorderService:
         topology, partitions = self._bus.topology, self._settings.recorder_partitions
         queue = topology.recorder_queue(self.partition, partitions)
         if partitions == 1:
-            binding = Binding(topology.events, "#")
-        else:
-            binding = Binding(topology.recorder_partitions, "1")  # the key is the weight
-        await self._bus.subscribe(queue, [binding], self._record)
+            routes = Routes(topology.events).on_any(self._record, key="#")
+        else:  # the key is the weight
+            routes = Routes(topology.recorder_partitions).on_any(self._record, key="1")
+        await self._bus.handle(queue, routes)
 
     async def stop(self) -> None:
         await self._bus.stop()
@@ -74,11 +74,11 @@ class RecorderService:
         if self._store is not None:
             await self._store.close()
 
-    async def _record(self, envelope: Envelope) -> None:
+    async def _record(self, event: Payload, envelope: Envelope) -> None:
+        """Store ``envelope`` as it came. Admission is the routes': only known types with
+        payloads their wire contract accepts reach here (``event``); anything else is an
+        InvalidMessage, which the bus dead-letters at once with the reason, as every other
+        service does with the same message."""
         assert self._writer is not None, "started before consuming"
-        # Admission: only known types with payloads their wire contract accepts enter the log.
-        # Anything else raises InvalidMessage, which the bus dead-letters at once with the reason,
-        # as every other service does with the same message.
-        envelope.typed()
         if not await self._writer.submit(envelope):
             log.debug("event %s was already stored; skipping the duplicate", envelope.event_id)

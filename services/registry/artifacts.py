@@ -21,15 +21,12 @@ Started by the registry when ``DLSCOPE_ARTIFACT_URL`` is set, on ``DLSCOPE_ARTIF
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
@@ -40,6 +37,7 @@ from shared.config import Settings
 from shared.errors import ArtifactError, ConfigurationError
 from shared.exposure import check_exposure, same_token
 from shared.manifests import ModelSource
+from shared.serving import InProcessServer
 
 __all__ = ["ArtifactServer", "artifact_app", "listen_address"]
 
@@ -160,13 +158,6 @@ def _authorized(request: Request, token: str) -> bool:
     return scheme.lower() == "bearer" and same_token(offered.strip(), token)
 
 
-class _Server(uvicorn.Server):
-    # The process's lifespan owns SIGINT/SIGTERM and stops the server with everything else.
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 class ArtifactServer:
     """The HTTP server, started and stopped with the registry."""
 
@@ -180,16 +171,13 @@ class ArtifactServer:
         self._settings = settings
         token = settings.resolved_artifact_token
         guarded = None if settings.public_reads and not settings.artifact_token else token
-        config = uvicorn.Config(
+        self._server = InProcessServer(
             artifact_app(find, servable=servable, token=guarded),
             host=host,
             port=port,
-            log_level="warning",
-            lifespan="off",
-            access_log=False,
+            name=self.name,
+            setting="DLSCOPE_ARTIFACT_LISTEN",
         )
-        self._server = _Server(config)
-        self._serving: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         check_exposure(
@@ -199,20 +187,9 @@ class ArtifactServer:
             token=self._settings.resolved_artifact_token,
             setting="DLSCOPE_ARTIFACT_TOKEN (or DLSCOPE_API_TOKEN)",
         )
-        self._serving = asyncio.create_task(self._server.serve(), name=self.name)
-        while not self._server.started:
-            if self._serving.done():  # e.g. the address is taken: surface uvicorn's error
-                await self._serving
-                raise ConfigurationError(
-                    f"the registry's artifact server could not listen on {self.host}:{self.port} "
-                    "(DLSCOPE_ARTIFACT_LISTEN)"
-                )
-            await asyncio.sleep(0.01)
-        if self.port == 0:
-            self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        await self._server.start()
+        self.port = self._server.port
         log.info("serving artifacts on %s:%d", self.host, self.port)
 
     async def stop(self) -> None:
-        if self._serving is not None:
-            self._server.should_exit = True
-            await self._serving
+        await self._server.stop()

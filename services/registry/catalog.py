@@ -23,7 +23,7 @@ from shared.manifests import (
     parse_constraint,
 )
 
-__all__ = ["Catalog", "Entry", "VersionConflict", "digest_of", "files_of"]
+__all__ = ["Catalog", "Entry", "UnknownArtifact", "VersionConflict", "digest_of", "files_of"]
 
 
 def digest_of(manifest: Manifest) -> str:
@@ -34,6 +34,10 @@ def digest_of(manifest: Manifest) -> str:
         manifest.model_dump(mode="json", exclude_defaults=True), option=orjson.OPT_SORT_KEYS
     )
     return hashlib.sha256(canonical).hexdigest()
+
+
+class UnknownArtifact(ModelNotFound):
+    """No artifact of that kind and name is registered (as opposed to no matching version)."""
 
 
 class VersionConflict(ModelNotFound):
@@ -124,7 +128,7 @@ class Catalog:
         chosen only when pinned exactly (``==1.2.0``)."""
         if (kind, name) not in self._entries:
             known = ", ".join(sorted(n for k, n in self._entries if k == kind)) or "none"
-            raise ModelNotFound(f"unknown {kind} {name!r}; registered {kind}s: {known}")
+            raise UnknownArtifact(f"unknown {kind} {name!r}; registered {kind}s: {known}")
         try:
             parse_constraint(constraint)
         except ValueError as exc:

@@ -22,15 +22,20 @@ import os
 import socket
 import uuid
 from dataclasses import replace
-from typing import Any
 
 from pydantic import TypeAdapter
 
 from services.registry.artifacts import ArtifactServer, listen_address
-from services.registry.catalog import Catalog, VersionConflict, digest_of, files_of
+from services.registry.catalog import (
+    Catalog,
+    UnknownArtifact,
+    VersionConflict,
+    digest_of,
+    files_of,
+)
 from services.registry.sources import admit
 from shared.artifacts import ArtifactCache, SourcePolicy, is_remote, verify
-from shared.errors import ArtifactError, DlscopeError, ManifestError, ModelNotFound
+from shared.errors import ArtifactError, ManifestError, ModelNotFound
 from shared.eventstore import EventStore
 from shared.manifests import Manifest, load_manifests, parse_manifest
 from shared.messages import (
@@ -46,14 +51,13 @@ from shared.messages import (
     artifact_stream,
     rpc_key,
 )
-from shared.messaging import Binding
+from shared.messaging import Routes
 from shared.runtime import Runtime
 
 __all__ = ["RegistryService"]
 
 log = logging.getLogger(__name__)
 
-CALLS = ("resolve", "register", "deprecate")
 _MANIFEST: TypeAdapter[Manifest] = TypeAdapter(Manifest)
 
 
@@ -82,10 +86,11 @@ class RegistryService:
         await self._bus.start()
         topology = self._bus.topology
         # Follow the log from now on, then read what it holds already: nothing falls between.
-        await self._bus.subscribe(
+        await self._bus.handle(
             topology.queue(self.name, "artifacts", f"{socket.gethostname()}-{os.getpid()}"),
-            [Binding(topology.events, "artifact.*")],
-            self._follow,
+            Routes(topology.events)
+            .on(ArtifactRegistered, self._learn_registration)
+            .on(ArtifactDeprecated, self._learn_deprecation),
             durable=False,
         )
         for view in await self._store.list_artifacts(include_deprecated=True):
@@ -105,10 +110,12 @@ class RegistryService:
                 port=port,
             )
             await self.artifacts.start()
-        await self._bus.subscribe(
+        await self._bus.handle(
             topology.queue(self.name),
-            [Binding(topology.jobs, rpc_key(self.name, call)) for call in CALLS],
-            self._answer,
+            Routes(topology.jobs)
+            .on(ResolveArtifact, self._answer_resolve, key=rpc_key(self.name, "resolve"))
+            .on(RegisterArtifact, self._answer_registration, key=rpc_key(self.name, "register"))
+            .on(DeprecateArtifact, self._answer_deprecation, key=rpc_key(self.name, "deprecate")),
             # A registration carries its uploaded files.
             max_message_bytes=self._settings.upload_message_bytes,
         )
@@ -127,32 +134,25 @@ class RegistryService:
             except VersionConflict as exc:
                 log.error("built-in manifest not registered: %s", exc)
 
-    async def _follow(self, envelope: Envelope) -> None:
-        event = envelope.typed()
-        if isinstance(event, ArtifactRegistered):
-            self.catalog.learn(event.manifest, digest=event.digest)
-        elif isinstance(event, ArtifactDeprecated):
-            self.catalog.learn_deprecation(event.kind, event.name, event.version, event.reason)
+    async def _learn_registration(self, event: ArtifactRegistered, envelope: Envelope) -> None:
+        self.catalog.learn(event.manifest, digest=event.digest)
 
-    async def _answer(self, request: Envelope) -> Envelope:
-        call = request.typed()
-        reply: Any
-        if isinstance(call, ResolveArtifact):
-            try:
-                reply = ResolvedArtifact(
-                    manifest=self.catalog.resolve(call.kind, call.name, call.version)
-                )
-            except ModelNotFound as exc:
-                reply = ResolvedArtifact(error=str(exc))
-        elif isinstance(call, RegisterArtifact):
-            reply = await self._answer_registration(call)
-        elif isinstance(call, DeprecateArtifact):
-            reply = await self._answer_deprecation(call)
-        else:
-            raise DlscopeError(f"the registry does not answer {request.type!r}")
+    async def _learn_deprecation(self, event: ArtifactDeprecated, envelope: Envelope) -> None:
+        self.catalog.learn_deprecation(event.kind, event.name, event.version, event.reason)
+
+    async def _answer_resolve(self, call: ResolveArtifact, request: Envelope) -> Envelope:
+        try:
+            found = self.catalog.resolve(call.kind, call.name, call.version)
+            reply = ResolvedArtifact(manifest=found)
+        except ModelNotFound as exc:
+            problem = "unknown" if isinstance(exc, UnknownArtifact) else "version"
+            reply = ResolvedArtifact(error=str(exc), problem=problem)
         return request.caused(reply, producer=self.name)
 
-    async def _answer_registration(self, call: RegisterArtifact) -> RegistrationResult:
+    async def _answer_registration(self, call: RegisterArtifact, request: Envelope) -> Envelope:
+        return request.caused(await self._registration(call), producer=self.name)
+
+    async def _registration(self, call: RegisterArtifact) -> RegistrationResult:
         try:
             submitted = parse_manifest(call.manifest, origin="manifest")
         except ManifestError as exc:
@@ -225,7 +225,10 @@ class RegistryService:
         log.info("registered %s %s", manifest.kind, manifest.ref)
         return True
 
-    async def _answer_deprecation(self, call: DeprecateArtifact) -> DeprecationResult:
+    async def _answer_deprecation(self, call: DeprecateArtifact, request: Envelope) -> Envelope:
+        return request.caused(await self._deprecation(call), producer=self.name)
+
+    async def _deprecation(self, call: DeprecateArtifact) -> DeprecationResult:
         async with self._writing:
             try:
                 entry = self.catalog.entry(call.kind, call.name, call.version)

@@ -1,6 +1,6 @@
 """Scheduler: evaluation lifecycle decisions and the agent directory."""
 
-from services.scheduler.agents import Agent, AgentDirectory
+from services.scheduler.agents import AgentDirectory, AgentEntry
 from services.scheduler.service import SchedulerService
 
-__all__ = ["Agent", "AgentDirectory", "SchedulerService"]
+__all__ = ["AgentDirectory", "AgentEntry", "SchedulerService"]

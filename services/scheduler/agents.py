@@ -20,11 +20,11 @@ from shared.messages import (
     EvaluationRequested,
 )
 
-__all__ = ["Agent", "AgentDirectory", "no_worker_reason"]
+__all__ = ["AgentDirectory", "AgentEntry", "no_worker_reason"]
 
 
 @dataclass(frozen=True)
-class Agent:
+class AgentEntry:
     agent_id: str
     host: str
     framework: str
@@ -50,7 +50,7 @@ class Agent:
 class AgentDirectory:
     def __init__(self, *, missed_heartbeats: int) -> None:
         self.missed_heartbeats = missed_heartbeats
-        self._agents: dict[str, Agent] = {}
+        self._agents: dict[str, AgentEntry] = {}
 
     def observe(
         self,
@@ -60,7 +60,7 @@ class AgentDirectory:
         event_id: uuid.UUID | None = None,
     ) -> None:
         if isinstance(event, AgentOnline):
-            self._agents[event.agent_id] = Agent(
+            self._agents[event.agent_id] = AgentEntry(
                 agent_id=event.agent_id,
                 host=event.host,
                 framework=event.framework,
@@ -88,29 +88,29 @@ class AgentDirectory:
             if not agent.departed and agent.last_seen < now:
                 self._agents[agent_id] = replace(agent, last_seen=now)
 
-    def known(self) -> list[Agent]:
+    def known(self) -> list[AgentEntry]:
         """Every agent heard of, online or not."""
         return sorted(self._agents.values(), key=lambda a: a.agent_id)
 
-    def online(self, now: float) -> list[Agent]:
+    def online(self, now: float) -> list[AgentEntry]:
         return sorted(
             (a for a in self._agents.values() if not a.departed and not self._silent(a, now)),
             key=lambda a: a.agent_id,
         )
 
-    def lapsed(self, now: float) -> list[Agent]:
+    def lapsed(self, now: float) -> list[AgentEntry]:
         """Agents that missed their heartbeats and have not been declared offline yet."""
         return sorted(
             (a for a in self._agents.values() if not a.departed and self._silent(a, now)),
             key=lambda a: a.agent_id,
         )
 
-    def _silent(self, agent: Agent, now: float) -> bool:
+    def _silent(self, agent: AgentEntry, now: float) -> bool:
         return now - agent.last_seen > agent.heartbeat_interval_s * self.missed_heartbeats
 
     def candidates(
         self, request: EvaluationRequested, now: float, *, model_needs: str = "*"
-    ) -> list[Agent]:
+    ) -> list[AgentEntry]:
         """Online agents that can run ``request``: framework, the version the request asks
         for and the one the model needs (``model_needs``), hardware, pinning."""
         return [
@@ -125,7 +125,7 @@ class AgentDirectory:
         ]
 
     def route(
-        self, request: EvaluationRequested, candidates: list[Agent], now: float
+        self, request: EvaluationRequested, candidates: list[AgentEntry], now: float
     ) -> str | None:
         """The agent to pin the job to, or None for the shared queue of its framework and
         hardware: that queue reaches every such agent, so it is used only when all of them
@@ -162,7 +162,7 @@ def no_worker_reason(
     framework: str,
     version: str,
     hardware: str,
-    online: list[Agent],
+    online: list[AgentEntry],
     *,
     model_needs: str = "*",
     agent_id: str | None = None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.scheduler.agents import Agent
+from services.scheduler.agents import AgentEntry
 from shared.artifacts import host_paths, served_manifest
 from shared.manifests import DatasetManifest, ModelManifest
 
@@ -28,13 +28,13 @@ class Shipment:
 
     manifest: ModelManifest
     dataset: DatasetManifest | None
-    candidates: list[Agent]
+    candidates: list[AgentEntry]
 
 
 def ship(
     manifest: ModelManifest,
     dataset: DatasetManifest | None,
-    candidates: list[Agent],
+    candidates: list[AgentEntry],
     *,
     artifact_url: str | None,
     here: str,
@@ -51,7 +51,7 @@ def ship(
 
 
 def _refusal(
-    paths: list[tuple[str, str]], candidates: list[Agent], *, here: str, served: bool
+    paths: list[tuple[str, str]], candidates: list[AgentEntry], *, here: str, served: bool
 ) -> str:
     named = "; ".join(f"{where} is {path}" for where, path in paths)
     hosts = ", ".join(sorted({f"{a.agent_id} on host {a.host}" for a in candidates}))

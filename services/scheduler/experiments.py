@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from services.scheduler.agents import Agent, no_worker_reason
+from services.scheduler.agents import AgentEntry, no_worker_reason
 from shared.manifests import ModelManifest, matches
 from shared.messages import (
     ExperimentFailed,
@@ -32,7 +32,7 @@ Resolved = tuple[ModelRef, ModelManifest | str]
 def plan_experiment(
     request: ExperimentRequested,
     models: Sequence[Resolved],
-    online: Sequence[Agent],
+    online: Sequence[AgentEntry],
     *,
     seed: uuid.UUID,
     deadline_s: float,
@@ -105,7 +105,7 @@ def plan_experiment(
 
 
 def _can_run(
-    agent: Agent, framework: str, request: ExperimentRequested, manifest: ModelManifest
+    agent: AgentEntry, framework: str, request: ExperimentRequested, manifest: ModelManifest
 ) -> bool:
     return (
         agent.unavailable is None

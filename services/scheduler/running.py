@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from services.scheduler.agents import Agent
+from services.scheduler.agents import AgentEntry
 from shared.messages import EvaluationScheduled, EvaluationStarted
 
 __all__ = ["Job", "RunningJobs", "after_loss", "alternatives", "loss_reason"]
@@ -129,7 +129,7 @@ class RunningJobs:
         return len(self._jobs)
 
 
-def alternatives(job: Job, online: Sequence[Agent]) -> list[Agent]:
+def alternatives(job: Job, online: Sequence[AgentEntry]) -> list[AgentEntry]:
     """The online agents, other than the lost one, that read the job's shared queue."""
     return [
         agent
@@ -149,7 +149,7 @@ def loss_reason(job: Job, host: str | None) -> str:
     )
 
 
-def after_loss(job: Job, online: Sequence[Agent]) -> str | None:
+def after_loss(job: Job, online: Sequence[AgentEntry]) -> str | None:
     """Why no other agent can take up ``job`` now that its agent is lost, or None when the
     broker will hand it to another agent of its kind."""
     if job.pinned is not None:

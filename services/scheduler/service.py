@@ -29,10 +29,10 @@ import socket
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import NamedTuple
 
 from services.scheduler.agents import AgentDirectory
 from services.scheduler.attempts import described, standing_by_row, standing_here
+from services.scheduler.deadlines import Deadlines
 from services.scheduler.decisions import Refusal, checked_dataset, checked_model, dispatch
 from services.scheduler.experiments import Resolved, plan_experiment
 from services.scheduler.losses import Losses
@@ -66,18 +66,13 @@ from shared.messages import (
     failure_caused_by,
     rpc_key,
 )
-from shared.messaging import Binding
+from shared.messaging import Routes
 from shared.messaging.pause import when_available
 from shared.runtime import Runtime
 
 __all__ = ["SchedulerService"]
 
 log = logging.getLogger(__name__)
-
-
-class _Deadline(NamedTuple):
-    request: Envelope
-    task: asyncio.Task[None]
 
 
 class SchedulerService:
@@ -87,9 +82,7 @@ class SchedulerService:
         self._settings = runtime.settings
         self._bus = runtime.bus(self.name)
         self.agents = AgentDirectory(missed_heartbeats=runtime.settings.agent_missed_heartbeats)
-        # By correlation id: the request each deadline fails (a new attempt re-arms it with
-        # it), and the task that fails it.
-        self._deadlines: dict[uuid.UUID, _Deadline] = {}
+        self._deadlines = Deadlines()
         self.jobs = RunningJobs()
         self._losses = Losses(
             self.jobs, self.agents, self._bus, runtime.settings, producer=self.name
@@ -115,42 +108,42 @@ class SchedulerService:
         events = self._bus.topology.events
         # This instance's own view (agents, deadlines): private queues, gone when it stops.
         instance = f"{socket.gethostname()}-{os.getpid()}"
-        await self._bus.subscribe(
-            self._bus.topology.queue(self.name, "requests"),
-            [Binding(events, EvaluationRequested.TYPE)],
-            self._schedule,
+        queue = self._bus.topology.queue
+        await self._bus.handle(
+            queue(self.name, "requests"),
+            Routes(events).on(EvaluationRequested, self._schedule),
             on_dead_letter=self._gave_up,
         )
-        await self._bus.subscribe(
-            self._bus.topology.queue(self.name, "experiments"),
-            [Binding(events, ExperimentRequested.TYPE)],
-            self._schedule_experiment,
+        await self._bus.handle(
+            queue(self.name, "experiments"),
+            Routes(events).on(ExperimentRequested, self._schedule_experiment),
             on_dead_letter=self._experiment_gave_up,
         )
-        await self._bus.subscribe(
-            self._bus.topology.queue(self.name, "agents", instance),
-            [Binding(events, "agent.*")],
-            self._track_agent,
+        await self._bus.handle(
+            queue(self.name, "agents", instance),
+            Routes(events)
+            .on(AgentOnline, self._agent_heard)
+            .on(AgentHeartbeat, self._agent_heard)
+            .on(AgentOffline, self._agent_heard),
             durable=False,
         )
-        await self._bus.subscribe(
-            self._bus.topology.queue(self.name, "outcomes", instance),
-            [
-                Binding(events, EvaluationScheduled.TYPE),
-                Binding(events, EvaluationStarted.TYPE),
-                Binding(events, EvaluationCompleted.TYPE),
-                Binding(events, EvaluationFailed.TYPE),
-            ],
-            self._follow_job,
+        await self._bus.handle(
+            queue(self.name, "outcomes", instance),
+            Routes(events)
+            .on(EvaluationScheduled, self._job_scheduled)
+            .on(EvaluationStarted, self._job_started)
+            .on(EvaluationCompleted, self._job_settled)
+            .on(EvaluationFailed, self._job_settled),
             durable=False,
         )
         # Each instance answers from what it follows (the first answer wins), on a queue of
         # its own: a call made while no scheduler runs is not kept for a later one.
         self._store = EventStore.from_url(self._settings.resolved_database_url)
-        await self._bus.subscribe(
-            self._bus.topology.queue(self.name, "calls", instance),
-            [Binding(self._bus.topology.jobs, rpc_key(self.name, ATTEMPT_CALL))],
-            self._answer,
+        await self._bus.handle(
+            queue(self.name, "calls", instance),
+            Routes(self._bus.topology.jobs).on(
+                CheckAttempt, self._answer, key=rpc_key(self.name, ATTEMPT_CALL)
+            ),
             durable=False,
         )
         await self._discover()
@@ -177,9 +170,7 @@ class SchedulerService:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        for deadline in self._deadlines.values():
-            deadline.task.cancel()
-        self._deadlines.clear()
+        self._deadlines.close()
         self._losses.close()
         await self._bus.stop()
         if self._store is not None:
@@ -195,29 +186,29 @@ class SchedulerService:
     @property
     def watched(self) -> set[uuid.UUID]:
         """The evaluations scheduled here and still waiting for their outcome."""
-        return set(self._deadlines)
+        return self._deadlines.watched
 
     @property
     def waiting(self) -> set[uuid.UUID]:
         """The evaluations whose agent was lost, waiting for another to take the job up."""
         return self._losses.waiting
 
-    async def _follow_job(self, envelope: Envelope) -> None:
-        event = envelope.typed()
-        if isinstance(event, EvaluationScheduled):
-            self.jobs.scheduled(event)
-        elif isinstance(event, EvaluationStarted):
-            if self.jobs.started(event, envelope.event_id) is not None:
-                self._losses.taken_up(event.evaluation_id)
-                watched = self._deadlines.get(envelope.correlation_id)
-                if watched is not None:  # each attempt has the whole timeout
-                    self._watch(watched.request, attempt=event.attempt)
-        elif isinstance(event, EvaluationCompleted | EvaluationFailed):
-            self.jobs.settled(event.evaluation_id, described(event))
+    async def _job_scheduled(self, event: EvaluationScheduled, envelope: Envelope) -> None:
+        self.jobs.scheduled(event)
+
+    async def _job_started(self, event: EvaluationStarted, envelope: Envelope) -> None:
+        if self.jobs.started(event, envelope.event_id) is not None:
             self._losses.taken_up(event.evaluation_id)
-            deadline = self._deadlines.pop(envelope.correlation_id, None)
-            if deadline is not None:
-                deadline.task.cancel()
+            watched = self._deadlines.request(envelope.correlation_id)
+            if watched is not None:  # each attempt has the whole timeout
+                self._watch(watched, attempt=event.attempt)
+
+    async def _job_settled(
+        self, event: EvaluationCompleted | EvaluationFailed, envelope: Envelope
+    ) -> None:
+        self.jobs.settled(event.evaluation_id, described(event))
+        self._losses.taken_up(event.evaluation_id)
+        self._deadlines.disarm(envelope.correlation_id)
 
     def _watch(self, request: Envelope, *, attempt: int = 0, since: datetime | None = None) -> None:
         """Fail the evaluation if it has no outcome in time (its worker may have died): within
@@ -228,8 +219,6 @@ class SchedulerService:
         what = "being scheduled" if attempt == 0 else f"attempt {attempt} starting"
 
         async def expire() -> None:
-            await asyncio.sleep(max(0.0, timeout - elapsed))
-            self._deadlines.pop(request.correlation_id, None)
             failed = failure_caused_by(
                 request,
                 EvaluationRequested,
@@ -244,12 +233,7 @@ class SchedulerService:
                 outcome = failed.open(EvaluationFailed)
                 self.jobs.settled(outcome.evaluation_id, described(outcome))
 
-        # A redelivered request is scheduled again, a new attempt starts the clock again: the
-        # earlier deadline must not outlive it.
-        earlier = self._deadlines.pop(request.correlation_id, None)
-        if earlier is not None:
-            earlier.task.cancel()
-        self._deadlines[request.correlation_id] = _Deadline(request, asyncio.create_task(expire()))
+        self._deadlines.arm(request, timeout - elapsed, expire)
 
     async def _recover(self) -> None:
         """Follow again every evaluation in flight, as the event store has it; a store that
@@ -302,11 +286,10 @@ class SchedulerService:
         if failed is not None:
             await self._bus.publish(failed)
 
-    async def _answer(self, call: Envelope) -> Envelope:
+    async def _answer(self, check: CheckAttempt, call: Envelope) -> Envelope:
         """Whether a worker's attempt still stands (``attempts``): from what this instance
         follows, else from the evaluation's row; a store it cannot read leaves the worker
         to go on, as a scheduler that does not answer would."""
-        check = call.open(CheckAttempt)
         answer = standing_here(check, self.jobs)
         if answer is None and self._store is not None:
             try:
@@ -321,16 +304,16 @@ class SchedulerService:
             log.warning("%s", answer.reason)
         return call.caused(answer, producer=self.name)
 
-    async def _track_agent(self, envelope: Envelope) -> None:
+    async def _agent_heard(
+        self, event: AgentOnline | AgentHeartbeat | AgentOffline, envelope: Envelope
+    ) -> None:
         if envelope.event_id in self._declared:
             self._declared.discard(envelope.event_id)
             return
-        event = envelope.typed()
-        if isinstance(event, AgentOnline | AgentHeartbeat | AgentOffline):
-            self.agents.observe(event, time.monotonic(), event_id=envelope.event_id)
+        self.agents.observe(event, time.monotonic(), event_id=envelope.event_id)
         if isinstance(event, AgentOffline):
             await self._losses.agent_lost(event.agent_id, event.reason)
-        elif isinstance(event, AgentOnline | AgentHeartbeat):
+        else:
             self._losses.agent_found(event.agent_id)
 
     async def _sweep(self) -> None:
@@ -388,9 +371,8 @@ class SchedulerService:
             log.warning("agent %s is offline: %s", agent.agent_id, offline.reason)
             await self._losses.agent_lost(agent.agent_id, offline.reason)
 
-    async def _schedule(self, envelope: Envelope) -> None:
+    async def _schedule(self, request: EvaluationRequested, envelope: Envelope) -> None:
         """Resolve the request's model and dataset, then publish what ``decisions`` decides."""
-        request = envelope.open(EvaluationRequested)
         resolved = await self._resolve(envelope, "model", request.model, request.model_version)
         model = checked_model(request, resolved)
         if isinstance(model, Refusal):
@@ -440,8 +422,7 @@ class SchedulerService:
         if answering > 0 and not self.agents.candidates(request, now, model_needs=needs):
             await asyncio.sleep(answering)
 
-    async def _schedule_experiment(self, envelope: Envelope) -> None:
-        request = envelope.open(ExperimentRequested)
+    async def _schedule_experiment(self, request: ExperimentRequested, envelope: Envelope) -> None:
         await self._hearing_again()  # its plan reads who is online
         models: list[Resolved] = []
         for ref in request.models:
@@ -500,7 +481,7 @@ class SchedulerService:
 
     async def _resolve(self, cause: Envelope, kind: str, name: str, version: str) -> Manifest | str:
         """The registry's manifest for ``kind`` ``name`` ``version``, or why there is none."""
-        reply = await self._bus.request(
+        found = await self._bus.ask(
             rpc_key("registry", "resolve"),
             # A fresh id per call (not one derived from the cause: two calls of one type would
             # share it); the causation still names the request.
@@ -511,9 +492,9 @@ class SchedulerService:
                 causation_id=cause.event_id,
                 producer=self.name,
             ),
+            ResolvedArtifact,
             timeout=self._settings.rpc_timeout_s,
         )
-        found = reply.open(ResolvedArtifact)
         if found.manifest is not None:
             return found.manifest
         return found.error or f"no {kind} {name!r} in the registry"

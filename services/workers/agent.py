@@ -26,7 +26,7 @@ from shared.messages import (
     Hardware,
     agent_stream,
 )
-from shared.messaging import Binding, Bus
+from shared.messaging import Bus, Routes
 
 __all__ = ["Agent", "default_agent_id"]
 
@@ -65,10 +65,9 @@ class Agent:
         """Announce ``version`` and ``device`` (what the framework process reported), then
         heartbeat until stopped."""
         self._version, self._device = version, device
-        await self._bus.subscribe(
+        await self._bus.handle(
             self._bus.topology.queue("worker", "discovery", self.agent_id),
-            [Binding(self._bus.topology.events, AgentsDiscover.TYPE)],
-            self._announce_on_discovery,
+            Routes(self._bus.topology.events).on(AgentsDiscover, self._announce_on_discovery),
             durable=False,
         )
         await self._announce()
@@ -95,7 +94,7 @@ class Agent:
             )
         )
 
-    async def _announce_on_discovery(self, envelope: Envelope) -> None:
+    async def _announce_on_discovery(self, call: AgentsDiscover, envelope: Envelope) -> None:
         await self._announce()
 
     async def _beat(self) -> None:

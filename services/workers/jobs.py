@@ -122,8 +122,7 @@ class JobRunner:
     def busy(self) -> bool:
         return self._one_at_a_time.locked()
 
-    async def run(self, envelope: Envelope) -> None:
-        job = envelope.open(RunEvaluation)
+    async def run(self, job: RunEvaluation, envelope: Envelope) -> None:
         attempt = current_delivery().attempt
         async with self._one_at_a_time:
             taken_at = time.monotonic()

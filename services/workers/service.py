@@ -31,7 +31,7 @@ from shared.messages import (
     failure_caused_by,
     job_key,
 )
-from shared.messaging import Binding
+from shared.messaging import Routes
 from shared.runtime import Runtime
 
 __all__ = ["WorkerService", "default_agent_id"]
@@ -115,10 +115,9 @@ class WorkerService:
                 False,
             ),
         ):
-            await self._bus.subscribe(
+            await self._bus.handle(
                 queue,
-                [Binding(topology.jobs, key)],
-                self._run_job,
+                Routes(topology.jobs).on(RunEvaluation, self._jobs.run, key=key),
                 durable=durable,
                 on_dead_letter=self._gave_up,
                 count_redeliveries=True,
@@ -134,16 +133,19 @@ class WorkerService:
         self.unavailable = why
         await self._bus.start()
         topology = self._bus.topology
-        await self._bus.subscribe(
+        await self._bus.handle(
             topology.queue("worker", self.framework, self.hardware, self.agent_id),
-            [Binding(topology.jobs, job_key(self.framework, self.hardware, self.agent_id))],
-            self._refuse_job,
+            Routes(topology.jobs).on(
+                RunEvaluation,
+                self._refuse_job,
+                key=job_key(self.framework, self.hardware, self.agent_id),
+            ),
             durable=False,
         )
         await self._agent.start(version="none", device={UNAVAILABLE: why})
 
-    async def _refuse_job(self, envelope: Envelope) -> None:
-        envelope.open(RunEvaluation)  # an invalid job is dead-lettered, failing nothing
+    async def _refuse_job(self, job: RunEvaluation, envelope: Envelope) -> None:
+        # (An invalid job never reaches here: it is dead-lettered, failing nothing.)
         failed = failure_caused_by(
             envelope,
             RunEvaluation,
@@ -158,9 +160,6 @@ class WorkerService:
         await self._agent.stop()
         await self._bus.stop()
         await self.process.close()
-
-    async def _run_job(self, envelope: Envelope) -> None:
-        await self._jobs.run(envelope)
 
     async def _gave_up(self, envelope: Envelope, reason: str) -> None:
         """A job that cannot run (failing every retry, or interrupted every time it was tried)

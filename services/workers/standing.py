@@ -37,15 +37,16 @@ async def no_longer_stands(
         producer=producer,
     )
     try:
-        reply = await when_available(
-            lambda: bus.request(rpc_key("scheduler", ATTEMPT_CALL), call, timeout=timeout_s),
+        answer = await when_available(
+            lambda: bus.ask(
+                rpc_key("scheduler", ATTEMPT_CALL), call, AttemptStanding, timeout=timeout_s
+            ),
             unavailable=BrokerUnavailable,
             what=f"{producer}: asking whether attempt {check.attempt} of "
             f"{check.evaluation_id} stands",
             patience_s=patience_s,
             cap=10.0,
         )
-        answer = reply.open(AttemptStanding)
     except DlscopeError as exc:  # no answer in time, or one that makes no sense
         log.warning("%s: going on without the scheduler's word: %s", producer, exc)
         return None

@@ -13,18 +13,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from shared.eventstore.payloads import StoredPayload, text, uuid_of
+from shared.eventstore.rooted import Changes, advance, evolve_rooted
 from shared.eventstore.views import ExperimentStatus, ExperimentView, StoredEvent
+from shared.messages import (
+    ExperimentCompared,
+    ExperimentFailed,
+    ExperimentRequested,
+    ExperimentScheduled,
+)
 
 __all__ = ["EXPERIMENT_ROOT", "evolve_experiment", "experiment_key"]
 
-Changes = dict[str, Any]
-
 # The event that makes an experiment exist; no other creates its row.
-EXPERIMENT_ROOT = "experiment.requested"
+EXPERIMENT_ROOT = ExperimentRequested.TYPE
 
 # The two outcomes rank alike: whichever comes first is final.
 _RANK: dict[ExperimentStatus, int] = {"requested": 0, "scheduled": 1, "failed": 2, "compared": 2}
@@ -44,9 +49,17 @@ def evolve_experiment(current: ExperimentView | None, event: StoredEvent) -> Exp
     key = experiment_key(event)
     if key is None:
         raise ValueError(f"event {event.event_id} ({event.type}) is about no experiment")
-    if current is None and event.type != EXPERIMENT_ROOT:
-        return None
-    row = current or ExperimentView(
+    return evolve_rooted(
+        current,
+        event,
+        root=EXPERIMENT_ROOT,
+        handlers=_HANDLERS,
+        new=partial(_new_experiment, key, event),
+    )
+
+
+def _new_experiment(key: uuid.UUID, event: StoredEvent) -> ExperimentView:
+    return ExperimentView(
         experiment_id=key,
         status="requested",
         model=None,
@@ -60,20 +73,10 @@ def evolve_experiment(current: ExperimentView | None, event: StoredEvent) -> Exp
         updated_at=event.occurred_at,
         last_position=event.position,
     )
-    changes = _HANDLERS[event.type](row, event, event.payload)
-    return replace(
-        row,
-        **changes,
-        updated_at=max(row.updated_at, event.occurred_at),
-        # The greater: a late request folds in the events that came before it.
-        last_position=max(row.last_position, event.position),
-    )
 
 
 def _advance(row: ExperimentView, status: ExperimentStatus) -> ExperimentStatus:
-    if row.status in _OUTCOMES:
-        return row.status
-    return status if _RANK[status] > _RANK[row.status] else row.status
+    return advance(row.status, status, _RANK, _OUTCOMES)
 
 
 def _requested(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
@@ -120,8 +123,8 @@ def _records(value: object) -> list[dict[str, Any]]:
 
 _Handler = Callable[[ExperimentView, StoredEvent, StoredPayload], Changes]
 _HANDLERS: dict[str, _Handler] = {
-    "experiment.requested": _requested,
-    "experiment.scheduled": _scheduled,
-    "experiment.compared": _compared,
-    "experiment.failed": _failed,
+    ExperimentRequested.TYPE: _requested,
+    ExperimentScheduled.TYPE: _scheduled,
+    ExperimentCompared.TYPE: _compared,
+    ExperimentFailed.TYPE: _failed,
 }

@@ -36,6 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import Table, select
@@ -44,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from shared.eventstore import schema
 from shared.eventstore.experiments import EXPERIMENT_ROOT, evolve_experiment, experiment_key
 from shared.eventstore.payloads import StoredPayload, number, text, uuid_of
+from shared.eventstore.rooted import Changes, advance, evolve_rooted
 from shared.eventstore.sql import one_of, upsert
 from shared.eventstore.views import (
     AgentView,
@@ -52,6 +54,19 @@ from shared.eventstore.views import (
     EvaluationView,
     ExperimentView,
     StoredEvent,
+)
+from shared.messages import (
+    AgentHeartbeat,
+    AgentOffline,
+    AgentOnline,
+    ArtifactDeprecated,
+    ArtifactRegistered,
+    EvaluationCompleted,
+    EvaluationFailed,
+    EvaluationMeasured,
+    EvaluationRequested,
+    EvaluationScheduled,
+    EvaluationStarted,
 )
 
 __all__ = [
@@ -67,11 +82,8 @@ __all__ = [
     "project",
 ]
 
-# The fields an event changes in a row (a keyword argument set for dataclasses.replace).
-Changes = dict[str, Any]
-
 # The event that makes an evaluation exist; no other creates its row.
-EVALUATION_ROOT = "evaluation.requested"
+EVALUATION_ROOT = EvaluationRequested.TYPE
 
 # Forward-only order of statuses: an event may raise the status, never lower it. The two
 # outcomes rank alike: whichever comes first is final (``_OUTCOMES``).
@@ -101,9 +113,17 @@ def evolve_evaluation(current: EvaluationView | None, event: StoredEvent) -> Eva
     key = evaluation_key(event)
     if key is None:
         raise ValueError(f"event {event.event_id} ({event.type}) is about no evaluation")
-    if current is None and event.type != EVALUATION_ROOT:
-        return None
-    row = current or EvaluationView(
+    return evolve_rooted(
+        current,
+        event,
+        root=EVALUATION_ROOT,
+        handlers=_EVALUATION_HANDLERS,
+        new=partial(_new_evaluation, key, event),
+    )
+
+
+def _new_evaluation(key: uuid.UUID, event: StoredEvent) -> EvaluationView:
+    return EvaluationView(
         evaluation_id=key,
         status="requested",
         model=None,
@@ -122,14 +142,6 @@ def evolve_evaluation(current: EvaluationView | None, event: StoredEvent) -> Eva
         updated_at=event.occurred_at,
         last_position=event.position,
     )
-    changes = _EVALUATION_HANDLERS[event.type](row, event, event.payload)
-    return replace(
-        row,
-        **changes,
-        updated_at=max(row.updated_at, event.occurred_at),
-        # The greater: a late request folds in the events that came before it.
-        last_position=max(row.last_position, event.position),
-    )
 
 
 def fold_evaluation(events: Iterable[StoredEvent]) -> EvaluationView | None:
@@ -138,9 +150,7 @@ def fold_evaluation(events: Iterable[StoredEvent]) -> EvaluationView | None:
 
 
 def _advance(row: EvaluationView, status: EvaluationStatus) -> EvaluationStatus:
-    if row.status in _OUTCOMES:
-        return row.status
-    return status if _RANK[status] > _RANK[row.status] else row.status
+    return advance(row.status, status, _RANK, _OUTCOMES)
 
 
 def _requested(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
@@ -233,12 +243,12 @@ def _failed(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Change
 
 _EvaluationHandler = Callable[[EvaluationView, StoredEvent, StoredPayload], Changes]
 _EVALUATION_HANDLERS: dict[str, _EvaluationHandler] = {
-    "evaluation.requested": _requested,
-    "evaluation.scheduled": _scheduled,
-    "evaluation.started": _started,
-    "evaluation.measured": _measured,
-    "evaluation.completed": _completed,
-    "evaluation.failed": _failed,
+    EvaluationRequested.TYPE: _requested,
+    EvaluationScheduled.TYPE: _scheduled,
+    EvaluationStarted.TYPE: _started,
+    EvaluationMeasured.TYPE: _measured,
+    EvaluationCompleted.TYPE: _completed,
+    EvaluationFailed.TYPE: _failed,
 }
 
 
@@ -332,15 +342,15 @@ def _offline(row: AgentView, event: StoredEvent, p: StoredPayload, late: bool) -
 
 _AgentHandler = Callable[[AgentView, StoredEvent, StoredPayload, bool], Changes]
 _AGENT_HANDLERS: dict[str, _AgentHandler] = {
-    "agent.online": _online,
-    "agent.heartbeat": _heartbeat,
-    "agent.offline": _offline,
+    AgentOnline.TYPE: _online,
+    AgentHeartbeat.TYPE: _heartbeat,
+    AgentOffline.TYPE: _offline,
 }
 
 
 # --- artifacts ------------------------------------------------------------------------------
 
-_ARTIFACT_EVENTS = ("artifact.registered", "artifact.deprecated")
+_ARTIFACT_EVENTS = (ArtifactRegistered.TYPE, ArtifactDeprecated.TYPE)
 
 
 def artifact_key(event: StoredEvent) -> str | None:
@@ -360,7 +370,7 @@ def evolve_artifact(current: ArtifactView | None, event: StoredEvent) -> Artifac
     if key is None:
         raise ValueError(f"event {event.event_id} ({event.type}) is about no artifact")
     p = event.payload
-    if event.type == "artifact.registered":
+    if event.type == ArtifactRegistered.TYPE:
         if current is not None and current.digest:
             return current
         manifest = p.get("manifest")

@@ -22,7 +22,7 @@ validity verdicts and comparisons of the raw latencies they record.
 from shared.measurement.drivers import run_scenario
 from shared.measurement.queries import RunQuery
 from shared.measurement.repetitions import (
-    Comparison,
+    LatencyComparison,
     RepetitionSummary,
     compare,
     summarize_repetitions,
@@ -49,7 +49,7 @@ from shared.measurement.validity import ReasonCode, ValidityThresholds, Verdict,
 __all__ = [
     "AdaptiveStop",
     "BatchSweep",
-    "Comparison",
+    "LatencyComparison",
     "LatencyStatistics",
     "MultiStream",
     "Offline",

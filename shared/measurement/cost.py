@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from shared.measurement.noise import NoiseProbe
 from shared.measurement.window import MachineWindow
+from shared.values import Frozen
 
 __all__ = [
     "JobReadings",
@@ -47,11 +48,7 @@ _STATUS = Path("/proc/self/status")
 _RESET_PEAK = "5"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PeakMemory(_Frozen):
+class PeakMemory(Frozen):
     bytes: int = Field(ge=0)
     scope: Literal["job", "process"] = Field(
         description="job: since the job started; process: since the framework process started"
@@ -59,7 +56,7 @@ class PeakMemory(_Frozen):
     method: str = Field(description="how it was read, and why that way")
 
 
-class JobReadings(_Frozen):
+class JobReadings(Frozen):
     """What the measuring process read about the job besides the timed windows."""
 
     noise: NoiseProbe | None = Field(
@@ -68,7 +65,7 @@ class JobReadings(_Frozen):
     peak_memory: PeakMemory | None = None
 
 
-class RunCost(_Frozen):
+class RunCost(Frozen):
     """The cost of the headline phase's queries, and the job's peak memory."""
 
     queries: int = Field(ge=0, description="queries timed in the window")
@@ -87,7 +84,7 @@ class RunCost(_Frozen):
     )
 
 
-class MachineReport(_Frozen):
+class MachineReport(Frozen):
     """What a result cost, and what else used the machine while it was measured."""
 
     cost: RunCost

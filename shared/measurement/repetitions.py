@@ -7,11 +7,11 @@ from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
 from shared.measurement.statistics import Interval, bootstrap_quantile
+from shared.values import Frozen
 
-__all__ = ["Comparison", "RepetitionSummary", "compare", "summarize_repetitions"]
+__all__ = ["LatencyComparison", "RepetitionSummary", "compare", "summarize_repetitions"]
 
 Magnitude = Literal["negligible", "small", "medium", "large"]
 # Cliff's delta magnitudes (Romano et al., 2006), the usual reading of a rank effect size.
@@ -22,11 +22,7 @@ _MAGNITUDES: tuple[tuple[float, Magnitude], ...] = (
 )
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class RepetitionSummary(_Frozen):
+class RepetitionSummary(Frozen):
     """The spread of N repeats of one evaluation: their medians and headline percentiles,
     and the run farthest from the others (``outlier_run``, from 1): the one to look at when
     the spread is too wide."""
@@ -83,7 +79,7 @@ def _cv(values: np.ndarray) -> float:
     return float(values.std(ddof=1)) / mean if mean > 0 else 0.0
 
 
-class Comparison(_Frozen):
+class LatencyComparison(Frozen):
     """Candidate against baseline. ``difference_ns`` is candidate minus baseline median, so
     positive means the candidate is slower. ``significant`` when the bootstrap interval of the
     difference excludes zero; the Mann-Whitney p-value and Cliff's delta (the probability a
@@ -108,7 +104,7 @@ def compare(
     confidence: float = 0.95,
     resamples: int = 1000,
     seed: int = 0,
-) -> Comparison:
+) -> LatencyComparison:
     baseline = np.sort(np.asarray(baseline_ns, dtype=np.float64))
     candidate = np.sort(np.asarray(candidate_ns, dtype=np.float64))
     if baseline.size < 2 or candidate.size < 2:
@@ -125,7 +121,7 @@ def compare(
     u_candidate, p_value = _mann_whitney(candidate, baseline)
     delta = 2 * u_candidate / (candidate.size * baseline.size) - 1
     difference = cand_median - base_median
-    return Comparison(
+    return LatencyComparison(
         baseline_median_ns=base_median,
         candidate_median_ns=cand_median,
         difference_ns=difference,

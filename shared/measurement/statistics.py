@@ -16,7 +16,8 @@ from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+
+from shared.values import Frozen
 
 __all__ = [
     "REPORTED_PERCENTILES",
@@ -34,11 +35,7 @@ REPORTED_PERCENTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
 EARLY_STOPPING_CONFIDENCE = 0.99
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Interval(_Frozen):
+class Interval(Frozen):
     low: float
     # None: no upper limit (a throughput whose queries vary as much as they last). JSON has
     # no infinity, and the interval travels in messages.
@@ -50,7 +47,7 @@ class Interval(_Frozen):
         return math.inf if self.high is None else (self.high - self.low) / 2
 
 
-class Percentile(_Frozen):
+class Percentile(Frozen):
     """One latency percentile. ``kind`` is "estimate" when the run had at least MLPerf's
     early-stopping minimum of queries for it, else "bound": the value is what the queries
     showed, but too few to claim it, and the true percentile may well be higher."""
@@ -62,13 +59,13 @@ class Percentile(_Frozen):
     interval: Interval | None = None
 
 
-class Throughput(_Frozen):
+class Throughput(Frozen):
     per_s: float
     unit: Literal["samples/s"] = "samples/s"
     interval: Interval
 
 
-class LatencyStatistics(_Frozen):
+class LatencyStatistics(Frozen):
     count: int
     samples_per_query: int
     duration_ns: int

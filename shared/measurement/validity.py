@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from shared.measurement.noise import NoiseProbe
 from shared.measurement.repetitions import RepetitionSummary
@@ -28,6 +28,7 @@ from shared.measurement.results import ScenarioResult, TimedPhase, summarize_res
 from shared.measurement.scenarios import BatchSweep, Offline, ScenarioPlan, Server
 from shared.measurement.statistics import LatencyStatistics
 from shared.measurement.window import MachineWindow
+from shared.values import Frozen
 
 __all__ = ["Reason", "ReasonCode", "Severity", "ValidityThresholds", "Verdict", "judge"]
 
@@ -58,11 +59,7 @@ class Severity(StrEnum):
     WARNING = "warning"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Reason(_Frozen):
+class Reason(Frozen):
     code: ReasonCode
     severity: Severity
     message: str
@@ -71,7 +68,7 @@ class Reason(_Frozen):
     limit: float | None = None
 
 
-class Verdict(_Frozen):
+class Verdict(Frozen):
     status: Literal["VALID", "INVALID"]
     reasons: tuple[Reason, ...]
 
@@ -88,7 +85,7 @@ class Verdict(_Frozen):
         return frozenset(r.code for r in self.reasons)
 
 
-class ValidityThresholds(_Frozen):
+class ValidityThresholds(Frozen):
     late_issue_fraction_of_bound: float = Field(
         default=0.1,
         gt=0,

@@ -17,10 +17,11 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from shared.inputs import Reason
 from shared.messages.envelope import Payload
+from shared.values import Frozen
 
 __all__ = [
     "MAX_FIGURE_IDS",
@@ -44,22 +45,18 @@ __all__ = [
 MAX_FIGURE_IDS = 100
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class HistogramBin(_Frozen):
+class HistogramBin(Frozen):
     low_ms: float
     high_ms: float
     count: int = Field(ge=0)
 
 
-class CdfPoint(_Frozen):
+class CdfPoint(Frozen):
     latency_ms: float
     fraction: float = Field(ge=0, le=1, description="share of queries at most this long")
 
 
-class SeriesPoint(_Frozen):
+class SeriesPoint(Frozen):
     """Queries ``index`` .. ``index + bucket - 1`` in issue order: their median, least and
     greatest latency (all three the one latency when a bucket holds one query)."""
 
@@ -69,7 +66,7 @@ class SeriesPoint(_Frozen):
     high_ms: float
 
 
-class PhaseFigures(_Frozen):
+class PhaseFigures(Frozen):
     """One timed phase: the run, or one batch size of a sweep."""
 
     batch_size: int = Field(ge=1, description="samples per query")
@@ -85,7 +82,7 @@ class PhaseFigures(_Frozen):
     series: list[SeriesPoint] = Field(description="latency over the query index")
 
 
-class BatchPoint(_Frozen):
+class BatchPoint(Frozen):
     """One batch size of a sweep: the headline percentile and throughput with their
     intervals (``*_low``/``*_high``; high None: no upper limit could be given)."""
 
@@ -102,7 +99,7 @@ class BatchPoint(_Frozen):
     throughput_high: float | None
 
 
-class WarmupFigure(_Frozen):
+class WarmupFigure(Frozen):
     latencies_ms: list[float] = Field(description="warm-up queries in order (thinned if many)")
     every: int = Field(ge=1, description="one latency kept of every this many")
     window_queries: int
@@ -111,14 +108,14 @@ class WarmupFigure(_Frozen):
     steady: bool
 
 
-class LayerShare(_Frozen):
+class LayerShare(Frozen):
     node: str
     op_type: str
     duration_ms: float = Field(description="per query")
     share: float = Field(ge=0, description="of a query's time (or of the summed layer time)")
 
 
-class EvaluationFigures(_Frozen):
+class EvaluationFigures(Frozen):
     evaluation_id: uuid.UUID
     driver: str = Field(description="native, or loadgen (no raw latencies: no phases)")
     phases: list[PhaseFigures]
@@ -148,7 +145,7 @@ class FiguresReply(Payload):
     error: Reason | None = None
 
 
-class HistoryPoint(_Frozen):
+class HistoryPoint(Frozen):
     evaluation_id: uuid.UUID
     at: datetime = Field(description="when it was requested")
     model_version: str | None
@@ -180,7 +177,7 @@ class HistoryRequest(Payload):
     limit: int = Field(default=200, ge=1, le=5000, description="the newest this many")
 
 
-class EvaluationHistory(_Frozen):
+class EvaluationHistory(Frozen):
     model: str
     framework: str
     hardware: str

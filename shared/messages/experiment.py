@@ -54,7 +54,7 @@ def experiment_stream(experiment_id: uuid.UUID) -> str:
     return f"experiment-{experiment_id}"
 
 
-class _Frozen(BaseModel):
+class _Bounded(BaseModel):
     model_config = BOUNDED
 
 
@@ -63,7 +63,7 @@ def _constraint(value: str) -> str:
     return value
 
 
-class ModelRef(_Frozen):
+class ModelRef(_Bounded):
     model: str = Field(min_length=1, max_length=MAX_NAME, description="model name in the registry")
     version: str = Field(
         default="*", max_length=MAX_NAME, description="version constraint, e.g. '==1.0.0'"
@@ -72,7 +72,7 @@ class ModelRef(_Frozen):
     _version = field_validator("version")(_constraint)
 
 
-class ParityTolerance(_Frozen):
+class ParityTolerance(_Bounded):
     """When two evaluations' outputs count as the same.
 
     ``atol`` bounds the largest absolute difference of any output value for outputs of
@@ -146,7 +146,7 @@ class ExperimentRequested(Payload):
         return self
 
 
-class ExperimentMember(_Frozen):
+class ExperimentMember(_Bounded):
     evaluation_id: uuid.UUID
     model: str
     model_version: str
@@ -156,7 +156,7 @@ class ExperimentMember(_Frozen):
     host: str
 
 
-class ExperimentGap(_Frozen):
+class ExperimentGap(_Bounded):
     """Something the experiment asked for that did not run, and why."""
 
     reason: Reason
@@ -183,7 +183,7 @@ class ExperimentFailed(Payload):
     reason: Reason
 
 
-class ComparedLatency(_Frozen):
+class ComparedLatency(_Bounded):
     count: int
     batch_size: int
     mean_ms: float
@@ -193,7 +193,7 @@ class ComparedLatency(_Frozen):
     throughput_per_s: float
 
 
-class MemberResult(_Frozen):
+class MemberResult(_Bounded):
     evaluation_id: uuid.UUID
     model: str
     model_version: str
@@ -215,7 +215,7 @@ class MemberResult(_Frozen):
     )
 
 
-class PairParity(_Frozen):
+class PairParity(_Bounded):
     """How closely two completed evaluations' outputs agree on the same inputs."""
 
     reference: uuid.UUID
@@ -233,7 +233,7 @@ class PairParity(_Frozen):
     reason: Reason | None = Field(default=None, description="why not comparable or not within")
 
 
-class ExperimentComparison(_Frozen):
+class ExperimentComparison(_Bounded):
     complete: bool = Field(description="false when the deadline passed before every outcome")
     reference: uuid.UUID | None = Field(
         description="the member the others are compared against: the first that completed"

@@ -12,10 +12,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from shared.messages.envelope import Payload
 from shared.messages.tracing import ProfiledLevel, TraceLevel
+from shared.values import Frozen
 
 __all__ = [
     "EvaluationProfiled",
@@ -30,11 +31,7 @@ __all__ = [
 Shape = tuple[int, ...]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class LayerTiming(_Frozen):
+class LayerTiming(Frozen):
     """One layer's execution in one query, as a profiler reported it.
 
     Times are on the clock of whoever made the record: a predictor's own device clock (the
@@ -69,7 +66,7 @@ class LayerTiming(_Frozen):
         return {**self.model_dump(), "duration_ns": self.duration_ns}
 
 
-class LayerStat(_Frozen):
+class LayerStat(Frozen):
     """One layer over a profiled pass: every call it made in the pass's queries."""
 
     node: str
@@ -86,7 +83,7 @@ class LayerStat(_Frozen):
     )
 
 
-class ProfiledPass(_Frozen):
+class ProfiledPass(Frozen):
     """One profiled pass: a level, the profiler that served it, its layers in the order they
     first ran."""
 
@@ -101,7 +98,7 @@ class ProfiledPass(_Frozen):
     )
 
 
-class LevelOutcome(_Frozen):
+class LevelOutcome(Frozen):
     """What one trace level captured, or why it did not; and what it cost."""
 
     level: TraceLevel

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
@@ -33,10 +33,15 @@ __all__ = [
     "RegisterArtifact",
     "RegistrationResult",
     "ResolveArtifact",
+    "ResolveProblem",
     "ResolvedArtifact",
     "UploadedFile",
     "artifact_stream",
 ]
+
+
+# Why a resolve found nothing, for a caller that must tell which field was wrong.
+ResolveProblem = Literal["unknown", "version"]
 
 
 def artifact_stream(kind: str, name: str) -> str:
@@ -77,6 +82,11 @@ class ResolvedArtifact(Payload):
 
     manifest: Manifest | None = None
     error: Reason | None = None
+    problem: ResolveProblem | None = Field(
+        default=None,
+        description="with an error: 'unknown' when no such artifact is registered, 'version' "
+        "when none of its versions satisfies the constraint (or it is not one)",
+    )
 
 
 def _from_base64(value: object) -> object:

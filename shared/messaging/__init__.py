@@ -12,6 +12,7 @@ from shared.messaging.broker import (
 from shared.messaging.bus import Bus, Handler, current_delivery, paused_consumers
 from shared.messaging.connect import create_broker
 from shared.messaging.memory import MemoryBroker
+from shared.messaging.routes import Routes, TypedHandler
 from shared.messaging.topics import topic_matches
 
 __all__ = [
@@ -24,7 +25,9 @@ __all__ = [
     "MemoryBroker",
     "Outcome",
     "OutgoingMessage",
+    "Routes",
     "Settlement",
+    "TypedHandler",
     "create_broker",
     "current_delivery",
     "paused_consumers",

@@ -301,6 +301,21 @@ class AmqpBroker:
                 return 0
             return declared.declaration_result.message_count or 0
 
+    async def drained(self, *, poll_s: float = 0.02) -> None:
+        # RabbitMQ counts the ready messages only; the deliveries this process holds are its
+        # own to count. A delivery on its way to its handler task is in neither for a moment:
+        # quiet is believed once seen twice, a poll apart (the loop runs every ready task and
+        # reads the socket in between).
+        quiet = 0
+        while quiet < 2:
+            await asyncio.sleep(poll_s)
+            subscriptions = [s for s in self._subscriptions if not s.cancelled]
+            busy = any(s.handlers or s.settling for s in subscriptions)
+            if not busy:
+                depths = [await self.queue_depth(s.queue.name) for s in subscriptions]
+                busy = any(depths)
+            quiet = 0 if busy else quiet + 1
+
     async def delete_queue(self, queue: str) -> None:
         for subscription in [s for s in self._subscriptions if s.queue.name == queue]:
             await subscription.cancel()  # else aio-pika would declare it again to resume consuming

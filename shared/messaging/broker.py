@@ -176,4 +176,12 @@ class Broker(Protocol):
     async def queue_depth(self, queue: str) -> int:
         """Messages ready in ``queue`` (not counting unsettled deliveries)."""
 
+    async def drained(self) -> None:
+        """Wait until every queue this broker's own consumers read is empty and none of
+        their deliveries is being handled: whatever was published so far, and whatever
+        handling it published in turn, has been handled (and settled) in this process.
+        What waits in a queue no consumer of this broker reads (the dead letters, another
+        process's queues) does not hold it up. The embedded mode's "everything caused so
+        far has happened", e.g. before it reads the event store the recorder writes."""
+
     async def delete_queue(self, queue: str) -> None: ...

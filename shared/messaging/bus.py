@@ -12,11 +12,12 @@ import contextvars
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from shared.errors import InvalidMessage, MessageTooLarge, RequestTimeout
-from shared.messages import Envelope, Topology, decode, encode
+from shared.messages import Envelope, Payload, Topology, decode, encode
 from shared.messaging.broker import (
     STREAM_HEADER,
     Binding,
@@ -29,6 +30,7 @@ from shared.messaging.broker import (
 )
 from shared.messaging.pause import Backoff, Pause
 from shared.messaging.policy import verdict_for
+from shared.messaging.routes import Routes
 from shared.telemetry import Telemetry, inject, parent_context
 
 __all__ = ["Bus", "DeadLetterHook", "Handler", "current_delivery", "paused_consumers"]
@@ -40,6 +42,8 @@ Handler = Callable[[Envelope], Awaitable[Envelope | None]]
 # Told when a readable message is about to be dead-lettered, with the reason, so the service
 # can record the failure (e.g. fail the evaluation) instead of leaving it half-done.
 DeadLetterHook = Callable[[Envelope, str], Awaitable[None]]
+
+P = TypeVar("P", bound=Payload)
 
 _delivery: contextvars.ContextVar[Delivery] = contextvars.ContextVar("dlscope_delivery")
 
@@ -241,6 +245,44 @@ class Bus:
         )
         self._subscriptions.append(subscription)
         return subscription
+
+    async def handle(
+        self,
+        queue: str,
+        routes: Routes,
+        *,
+        durable: bool = True,
+        prefetch: int | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
+        count_redeliveries: bool = False,
+        max_message_bytes: int | None = None,
+    ) -> Subscription:
+        """Consume ``queue`` with typed handlers (``subscribe``'s options); its bindings are
+        the routes'."""
+        return await self.subscribe(
+            queue,
+            routes.bindings,
+            routes,
+            durable=durable,
+            prefetch=prefetch,
+            on_dead_letter=on_dead_letter,
+            count_redeliveries=count_redeliveries,
+            max_message_bytes=max_message_bytes,
+        )
+
+    async def ask(
+        self,
+        routing_key: str,
+        envelope: Envelope,
+        answer: type[P],
+        *,
+        timeout: float,
+        max_bytes: int | None = None,
+    ) -> P:
+        """``request``, with the reply opened as ``answer`` (an ``InvalidMessage`` if it is
+        not one)."""
+        reply = await self.request(routing_key, envelope, timeout=timeout, max_bytes=max_bytes)
+        return reply.open(answer)
 
     async def request(
         self,

@@ -28,7 +28,14 @@ from shared.errors import (
     StoreUnavailable,
     TransientError,
 )
-from shared.messages import Envelope, Topology
+from shared.messages import (
+    AgentHeartbeat,
+    AgentOffline,
+    AgentOnline,
+    AgentsDiscover,
+    Envelope,
+    Topology,
+)
 from shared.messaging.amqp import AmqpBroker
 from shared.messaging.broker import (
     DEAD_LETTERED_FROM_HEADER,
@@ -45,6 +52,7 @@ from shared.messaging.broker import (
 )
 from shared.messaging.bus import Bus, current_delivery, paused_consumers
 from shared.messaging.memory import MemoryBroker
+from shared.messaging.routes import Routes
 from shared.telemetry import Telemetry
 
 WAIT = 10.0  # seconds: generous for a loaded 2-core machine, never reached when all is well
@@ -1195,3 +1203,103 @@ async def test_rabbitmq_a_message_that_cannot_be_settled_is_not_lost(
         repaired.set()
         letter = await (await rig.dead_letters()).next()
         assert (letter.body, letter.headers[REASON_HEADER]) == (b"keep me", "poison pill")
+
+
+async def test_typed_routes_bind_by_type_hand_each_handler_its_payload_and_refuse_the_rest(
+    rig: Rig, bus_for: Callable[[str], Bus]
+) -> None:
+    bus = bus_for("consumer")
+    await bus.start()
+    dead = await rig.dead_letters()
+    heard: asyncio.Queue[tuple[object, Envelope]] = asyncio.Queue()
+
+    async def on_offline(event: AgentOffline, message: Envelope) -> None:
+        heard.put_nowait((event, message))
+
+    async def on_discover(event: AgentsDiscover, message: Envelope) -> None:
+        heard.put_nowait((event, message))
+
+    async def on_beat(event: AgentHeartbeat, message: Envelope) -> None:
+        heard.put_nowait((event, message))
+
+    routes = Routes(rig.topology.events).on(AgentOffline, on_offline)
+    routes.on(AgentsDiscover, on_discover)
+    # A call's key is its own: the same route, bound under that key on the jobs exchange.
+    routes.on(AgentHeartbeat, on_beat, key="rpc.test.beat", exchange=rig.topology.jobs)
+    assert routes.bindings == [
+        Binding(rig.topology.events, "agent.offline"),
+        Binding(rig.topology.events, "agent.discover"),
+        Binding(rig.topology.jobs, "rpc.test.beat"),
+    ]
+    await bus.handle(rig.queue("typed"), routes)
+
+    def wrapped(payload: AgentOffline | AgentsDiscover | AgentOnline) -> Envelope:
+        return Envelope.wrap(payload, stream_id="test-1", correlation_id=uuid.uuid4())
+
+    offline = await bus.publish(wrapped(AgentOffline(agent_id="a1", reason="stopped")))
+    discover = await bus.publish(wrapped(AgentsDiscover(requested_by="test")))
+    event, message = await asyncio.wait_for(heard.get(), WAIT)
+    assert event == AgentOffline(agent_id="a1", reason="stopped")
+    assert message.event_id == offline.event_id
+    event, message = await asyncio.wait_for(heard.get(), WAIT)
+    assert event == AgentsDiscover(requested_by="test")
+    assert message.event_id == discover.event_id
+
+    # Routed here by its key, but of a type no route names: refused, not misread.
+    online = AgentOnline(
+        agent_id="a2",
+        host="h",
+        framework="onnxruntime",
+        framework_version="1",
+        hardware="cpu",
+        heartbeat_interval_s=1.0,
+    )
+    await bus.publish(wrapped(online), exchange=rig.topology.jobs, routing_key="rpc.test.beat")
+    # A routed type whose payload does not fit its class: refused, naming the field.
+    await bus.publish(envelope("agent.offline", agent_id="a3"))
+    letters = {
+        letter.routing_key: str(letter.headers[REASON_HEADER]) for letter in await dead.take(2)
+    }
+    unrouted = letters["rpc.test.beat"]
+    assert "'agent.online' is not handled here" in unrouted
+    assert "agent.discover, agent.heartbeat, agent.offline" in unrouted
+    assert "invalid 'agent.offline' payload: reason" in letters["agent.offline"]
+    assert heard.empty()
+
+
+# Drained: everything caused so far has happened
+
+
+async def test_drained_waits_for_what_consumers_were_given_and_what_they_published_in_turn(
+    rig: Rig,
+) -> None:
+    second = Recorder()
+    release = asyncio.Event()
+
+    async def relay(delivery: Delivery) -> Settlement:
+        await release.wait()
+        await rig.publish("job.second", delivery.body)
+        return ACK
+
+    await rig.subscribe(rig.queue("second"), ["job.second"], second)
+    await rig.subscribe(rig.queue("first"), ["job.first"], relay, prefetch=2)
+    for n in range(3):
+        await rig.publish("job.first", str(n).encode())
+    waiting = asyncio.create_task(rig.broker.drained())
+    await asyncio.sleep(0.2)  # several of drained()'s looks: the relay holds everything
+    assert not waiting.done()
+    release.set()
+    await asyncio.wait_for(waiting, WAIT)
+    # Nothing awaited after drained(): the relayed messages were all handled by then.
+    assert sorted(d.body for d in second.deliveries) == [b"0", b"1", b"2"]
+
+
+async def test_messages_nobody_consumes_do_not_hold_drained_up(rig: Rig) -> None:
+    async def refuse(delivery: Delivery) -> Settlement:
+        return Settlement(Outcome.DEAD_LETTER, "refused")
+
+    await rig.subscribe(rig.queue("poisoned"), ["job.#"], refuse, prefetch=1)
+    await rig.publish("job.poison", b"poison")
+    # The dead letter waits in its queue, which nobody consumes here: that is quiet.
+    await asyncio.wait_for(rig.broker.drained(), WAIT)
+    assert await rig.broker.queue_depth(rig.topology.dead_letters) == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import re
@@ -18,24 +17,14 @@ import yaml
 
 from dlscope.cli.live import parse_line
 from harness.relay import free_port
+from harness.squeezenet import squeezenet_copy, squeezenet_file
 from harness.waiting import eventually
 from shared.config import REPOSITORY_ROOT
 
 pytestmark = pytest.mark.e2e
 
-SQUEEZENET = (
-    Path(importlib.util.find_spec("onnx").origin).parent  # type: ignore[arg-type,union-attr]
-    / "backend/test/data/light/light_squeezenet.onnx"
-)
-MANIFEST = """
-name: my-net
-version: 1.0.0
-description: my own copy of squeezenet
-framework: {name: onnxruntime}
-inputs: [{name: data_0, shape: [1, 3, 224, 224]}]
-outputs: [{name: softmaxout_1, shape: [1, 1000, 1, 1]}]
-source: {uri: net.onnx, sha256: 770b0f3c8623e18bf58b53754d710051b4c268248422142980a132bbe6dfe908}
-"""
+SQUEEZENET = squeezenet_file()
+MANIFEST = squeezenet_copy("my-net", "my own copy of squeezenet")
 
 
 def dlscope(home: Path, *arguments: str, **variables: str) -> subprocess.CompletedProcess[str]:

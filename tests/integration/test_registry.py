@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from harness.deployment import purge_namespace
+from harness.squeezenet import SQUEEZENET_PKG as SQUEEZENET
+from harness.squeezenet import SQUEEZENET_SHA
 from harness.waiting import eventually
 from services.recorder import RecorderService
 from services.registry import RegistryService
@@ -21,9 +23,6 @@ from shared.messaging import create_broker
 from shared.runtime import Runtime
 from shared.telemetry import Telemetry
 from tests.integration.conftest import STACKS, Stack, stack_settings
-
-SQUEEZENET = "pkg://onnx/backend/test/data/light/light_squeezenet.onnx"
-SQUEEZENET_SHA = "770b0f3c8623e18bf58b53754d710051b4c268248422142980a132bbe6dfe908"
 
 
 def manifest(name: str = "my-net", version: str = "1.0.0", **changes: Any) -> dict[str, Any]:

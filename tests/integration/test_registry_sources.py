@@ -24,14 +24,14 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.squeezenet import SQUEEZENET_PKG as SQUEEZENET
+from harness.squeezenet import SQUEEZENET_SHA
 from harness.waiting import eventually
 from shared.artifacts import locate
 from shared.messages import Envelope, RegisterArtifact, RegistrationResult
 from tests.conftest import register_model
 from tests.integration.conftest import STACKS, Stack, stack_settings, started_stack
 
-SQUEEZENET = "pkg://onnx/backend/test/data/light/light_squeezenet.onnx"
-SQUEEZENET_SHA = "770b0f3c8623e18bf58b53754d710051b4c268248422142980a132bbe6dfe908"
 DIGEST = re.compile(r"[0-9a-f]{64}")
 
 

@@ -97,9 +97,10 @@ async def tell(feed: ProgressFeed, evaluation_id: uuid.UUID, part: str) -> None:
         evaluation_id=evaluation_id, agent_id="worker", phase="running the scenario", part=part
     )
     await feed._hear(
+        notice,
         Envelope.wrap(
             notice, stream_id=evaluation_stream(evaluation_id), correlation_id=uuid.uuid4()
-        )
+        ),
     )
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from services.analyzer.experiments import Experiment, compare, evolve
-from services.scheduler.agents import Agent
+from services.scheduler.agents import AgentEntry
 from services.scheduler.experiments import plan_experiment
 from services.workers.fingerprint import input_identity, output_fingerprint
 from shared.errors import ModelNotFound
@@ -95,8 +95,10 @@ def test_a_framework_without_an_export_or_with_two_is_refused_with_the_reason() 
 # --- the scheduler's plan -------------------------------------------------------------------
 
 
-def agent(agent_id: str, framework: str, version: str = "1.0.0", hardware: str = "cpu") -> Agent:
-    return Agent(
+def agent(
+    agent_id: str, framework: str, version: str = "1.0.0", hardware: str = "cpu"
+) -> AgentEntry:
+    return AgentEntry(
         agent_id=agent_id,
         host=f"host-{agent_id}",
         framework=framework,

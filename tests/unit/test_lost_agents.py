@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from services.scheduler.agents import Agent
+from services.scheduler.agents import AgentEntry
 from services.scheduler.running import RunningJobs, after_loss, loss_reason
 from shared.messages import EvaluationScheduled, EvaluationStarted
 
@@ -34,8 +34,8 @@ def started(agent_id: str, attempt: int = 1) -> EvaluationStarted:
     )
 
 
-def agent(agent_id: str, framework: str = "onnxruntime") -> Agent:
-    return Agent(agent_id, "h", framework, "1.31.1", "cpu", 5.0, last_seen=0.0)
+def agent(agent_id: str, framework: str = "onnxruntime") -> AgentEntry:
+    return AgentEntry(agent_id, "h", framework, "1.31.1", "cpu", 5.0, last_seen=0.0)
 
 
 def test_the_newest_attempt_is_the_job_s_whatever_order_starts_arrive_in() -> None:

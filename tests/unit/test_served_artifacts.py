@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from services.scheduler.agents import Agent
+from services.scheduler.agents import AgentEntry
 from services.scheduler.artifacts import Shipment, ship
 from shared.artifacts import host_paths, is_host_path, served_manifest, served_uri
 from shared.config import Settings
@@ -46,8 +46,8 @@ def dataset(uri: str) -> DatasetManifest:
     )
 
 
-def agent(agent_id: str, host: str) -> Agent:
-    return Agent(
+def agent(agent_id: str, host: str) -> AgentEntry:
+    return AgentEntry(
         agent_id=agent_id,
         host=host,
         framework="onnxruntime",

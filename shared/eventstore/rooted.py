@@ -1,0 +1,50 @@
+"""What the evaluations and experiments projections share: a row that only its root event
+(the request) creates, changed by one handler per event type, whose status only moves
+forward and whose first outcome is final."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from shared.eventstore.payloads import StoredPayload
+from shared.eventstore.views import EvaluationView, ExperimentView, StoredEvent
+
+__all__ = ["Changes", "advance", "evolve_rooted"]
+
+# The fields an event changes in a row (a keyword argument set for dataclasses.replace).
+Changes = dict[str, Any]
+R = TypeVar("R", EvaluationView, ExperimentView)
+S = TypeVar("S", bound=str)
+
+
+def evolve_rooted(
+    current: R | None,
+    event: StoredEvent,
+    *,
+    root: str,
+    handlers: Mapping[str, Callable[[R, StoredEvent, StoredPayload], Changes]],
+    new: Callable[[], R],
+) -> R | None:
+    """The row after ``event``: None while its ``root`` has not come (``new`` makes the row
+    the root starts from); else the handler's changes, with ``updated_at`` and
+    ``last_position`` the greater of the row's and the event's (a late root folds in the
+    events that came before it)."""
+    if current is None and event.type != root:
+        return None
+    row = current or new()
+    changes = handlers[event.type](row, event, event.payload)
+    return replace(
+        row,
+        **changes,
+        updated_at=max(row.updated_at, event.occurred_at),
+        last_position=max(row.last_position, event.position),
+    )
+
+
+def advance(status: S, to: S, rank: Mapping[S, int], outcomes: frozenset[S]) -> S:
+    """``status`` moved forward to ``to``, never back, and never off an outcome."""
+    if status in outcomes:
+        return status
+    return to if rank[to] > rank[status] else status
