@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from shared.errors import InvalidMessage
 from shared.measurement import SingleStream
 from shared.messages import (
+    SCENARIOS,
     Envelope,
     EvaluationFailed,
     EvaluationRequested,
@@ -211,6 +212,38 @@ def test_every_scenario_maps_to_the_drivers_typed_settings(name: str) -> None:
     typed = scenario.measurement()
     assert typed.name == name
     assert typed.seed == scenario.seed
+
+
+# Each field's values at, inside and just past the bounds either side might hold.
+_SCENARIO_EDGES: dict[str, list[object]] = {
+    "iterations": [1, 100_000_000, 0, 100_000_001],
+    "min_duration_s": [0.0, 60.0, -0.5],
+    "max_duration_s": [0.001, 60.0, 0.0, -1.0],
+    "warmup": [0, 1, 100_000, -1, 100_001],
+    "batch_size": [1, 65_536, 0, 65_537],
+    "samples_per_query": [1, 65_536, 0, 65_537],
+    "target_qps": [0.001, 10_000_000.0, 0.0, -5.0, 10_000_001.0],
+    "latency_bound_ms": [0.001, 1e6, 0.0, -1.0],
+    "batch_sizes": [[1], [65_536], [0], [-1], [65_537], [2, 1], [1, 1], []],
+    "seed": [0, 2**40, -1],
+    "adaptive_half_width": [0.01, 0.0, 1.0],
+}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_scenario_a_request_accepts_is_one_the_drivers_can_run(name: str) -> None:
+    """Validation does not build the plan, so the wire's bounds must be the drivers':
+    whatever value of any field validates must turn into a typed scenario."""
+    accepted = 0
+    for field, values in _SCENARIO_EDGES.items():
+        for value in values:
+            try:
+                scenario = Scenario.model_validate({"name": name, field: value})
+            except ValidationError:
+                continue
+            scenario.measurement()
+            accepted += 1
+    assert accepted >= len(_SCENARIO_EDGES)  # the valid edges of every field were tried
 
 
 def test_an_adaptive_run_is_asked_for_by_the_width_of_its_interval() -> None:
