@@ -6,9 +6,19 @@ kustomize` where that exists. A field outside the subset is an error, never sile
 
 - ``resources``: YAML files and directories holding a kustomization;
 - ``components``: directories holding a ``kind: Component``, applied at the including level;
-- ``patches`` with ``path``: strategic-merge patches, each naming its target by kind and name
-  (maps merge, lists of named items merge by name, other lists are replaced, null deletes);
-- ``namespace``: set on every namespaced resource (a Namespace takes it as its name).
+- ``patches`` with ``path`` (a file) or ``patch`` (inline): strategic-merge patches, each
+  naming its target by kind and name, which is the resource's current name or one it had
+  before a ``nameSuffix`` (kustomize matches a patch without ``target`` by any of a
+  resource's ids, and wants exactly one match); maps merge, lists of named items merge by
+  name, other lists are replaced, null deletes;
+- ``namespace``: set on every namespaced resource (a Namespace takes it as its name);
+- ``nameSuffix``: appended to every resource's name. Only Deployments are renamed here:
+  kustomize also rewrites the references to a renamed resource (a ConfigMap's in an
+  envFrom, a Service's in a StatefulSet), which this does not.
+
+They apply in kustomize's order: ``resources``, then ``components`` (a component's own
+fields work on everything accumulated so far), then ``patches``, ``namespace`` and
+``nameSuffix``.
 """
 
 from __future__ import annotations
@@ -22,7 +32,19 @@ __all__ = ["Resource", "key_of", "render"]
 
 Resource = dict[str, Any]
 
-_SUPPORTED = {"apiVersion", "kind", "namespace", "resources", "components", "patches"}
+_SUPPORTED = {
+    "apiVersion",
+    "kind",
+    "namespace",
+    "resources",
+    "components",
+    "patches",
+    "nameSuffix",
+}
+_RENAMED = {"Deployment"}
+# Where a resource keeps the names a nameSuffix replaced while it is built (kustomize keeps
+# them in an annotation); render() removes it.
+_PREVIOUS_NAMES = "__previous_names__"
 _CLUSTER_SCOPED = {
     "Namespace",
     "ClusterRole",
@@ -42,7 +64,10 @@ def key_of(resource: Resource) -> tuple[str, str, str]:
 
 def render(directory: Path) -> list[Resource]:
     """The resources ``directory``'s kustomization produces."""
-    return _build(directory, expected="Kustomization")
+    resources = _build(directory, expected="Kustomization")
+    for resource in resources:
+        resource.pop(_PREVIOUS_NAMES, None)
+    return resources
 
 
 def _documents(path: Path) -> list[Resource]:
@@ -67,14 +92,15 @@ def _build(
     resources: list[Resource] = list(including or [])
     for entry in kustomization.get("resources", []):
         path = directory / entry
-        resources += render(path) if path.is_dir() else _documents(path)
+        if path.is_dir():
+            resources += _build(path, expected="Kustomization")
+        else:
+            resources += _documents(path)
     _check_unique(resources, directory)
     for entry in kustomization.get("components", []):
         resources = _build(directory / entry, expected="Component", including=resources)
     for patch in kustomization.get("patches", []):
-        if set(patch) != {"path"}:
-            raise ValueError(f"{directory}: only `patches: - path: FILE` is rendered here")
-        for document in _documents(directory / patch["path"]):
+        for document in _patches(patch, directory):
             _apply(resources, document, directory)
     namespace = kustomization.get("namespace")
     if namespace:
@@ -83,7 +109,31 @@ def _build(
                 resource["metadata"]["name"] = namespace
             elif resource["kind"] not in _CLUSTER_SCOPED:
                 resource["metadata"]["namespace"] = namespace
+    suffix = kustomization.get("nameSuffix")
+    if suffix:
+        _rename(resources, suffix, directory)
     return resources
+
+
+def _patches(patch: dict[str, Any], directory: Path) -> list[Resource]:
+    """The strategic-merge patches one entry of ``patches`` holds."""
+    if set(patch) == {"path"}:
+        return _documents(directory / patch["path"])
+    if set(patch) == {"patch"}:
+        return [doc for doc in yaml.safe_load_all(patch["patch"]) if doc is not None]
+    raise ValueError(
+        f"{directory}: only `patches: - path: FILE` or `- patch: YAML` is rendered here"
+    )
+
+
+def _rename(resources: list[Resource], suffix: str, directory: Path) -> None:
+    for resource in resources:
+        if resource["kind"] not in _RENAMED:
+            raise ValueError(
+                f"{directory}: a nameSuffix on a {resource['kind']} is not rendered here"
+            )
+        resource.setdefault(_PREVIOUS_NAMES, []).append(resource["metadata"]["name"])
+        resource["metadata"]["name"] += suffix
 
 
 def _check_unique(resources: list[Resource], directory: Path) -> None:
@@ -94,8 +144,14 @@ def _check_unique(resources: list[Resource], directory: Path) -> None:
 
 
 def _apply(resources: list[Resource], patch: Resource, directory: Path) -> None:
+    if not isinstance(patch, dict) or "kind" not in patch:
+        raise ValueError(f"{directory}: only strategic-merge patches are rendered here")
     kind, name = patch["kind"], patch["metadata"]["name"]
-    targets = [r for r in resources if r["kind"] == kind and r["metadata"]["name"] == name]
+    targets = [
+        r
+        for r in resources
+        if r["kind"] == kind and name in [r["metadata"]["name"], *r.get(_PREVIOUS_NAMES, [])]
+    ]
     if len(targets) != 1:
         raise ValueError(f"{directory}: a patch of {kind} {name} matches {len(targets)} resources")
     merged = _merge(targets[0], patch)

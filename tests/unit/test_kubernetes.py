@@ -16,7 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]  # no stubs, no py.typed
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -288,6 +288,81 @@ def test_the_gpu_overlay_adds_a_tensorrt_worker_and_the_others_none() -> None:
         assert (("tensorrt", "gpu") in kinds) == (overlay == "gpu"), overlay
 
 
+WORKER_TEMPLATE = KUBERNETES / "base" / "workers" / "template"
+# Every worker kind: a kustomization of the template.
+WORKER_KINDS = [
+    *sorted(p for p in WORKER_TEMPLATE.parent.iterdir() if p.is_dir() and p != WORKER_TEMPLATE),
+    KUBERNETES / "components" / "tensorrt-gpu" / "worker",
+]
+# What a worker's patch may set beside its name: its labels, image, args and resources, and on
+# a GPU what a GPU node needs. Everything else (its anti-affinity to every other worker
+# included) is the template's.
+_POD = ("spec", "template", "spec")
+_WORKER = (*_POD, "containers", "worker")
+PATCHED: dict[str, set[tuple[str, ...]]] = {
+    "cpu": {
+        ("metadata", "name"),
+        *(
+            (*where, label)
+            for where in (
+                ("metadata", "labels"),
+                ("spec", "selector", "matchLabels"),
+                ("spec", "template", "metadata", "labels"),
+            )
+            for label in ("dlscope.io/framework", "dlscope.io/hardware")
+        ),
+        (*_WORKER, "image"),
+        (*_WORKER, "args"),
+        (*_WORKER, "resources"),
+    },
+}
+PATCHED["gpu"] = PATCHED["cpu"] | {
+    (*_POD, "nodeSelector", "nvidia.com/gpu.present"),
+    (*_POD, "tolerations"),
+    (*_POD, "affinity", "podAntiAffinity"),
+    (*_POD, "volumes", "home", "emptyDir", "sizeLimit"),
+}
+
+
+def differences(a: Any, b: Any, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """The paths at which ``a`` and ``b`` differ; list items with a name are paired by it."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return {
+            d
+            for key in a.keys() | b.keys()
+            for d in differences(a.get(key), b.get(key), (*path, key))
+        }
+    items = [*a, *b] if isinstance(a, list) and isinstance(b, list) and a and b else []
+    if items and all(isinstance(item, dict) and "name" in item for item in items):
+        return differences(
+            {item["name"]: item for item in a}, {item["name"]: item for item in b}, path
+        )
+    return set() if a == b else {path}
+
+
+def test_the_worker_deployments_are_written_once() -> None:
+    """One Deployment (base/workers/template); each worker kind names and patches it."""
+    [template] = render(WORKER_TEMPLATE)
+    names = set()
+    for kind in WORKER_KINDS:
+        kustomization = yaml.safe_load((kind / "kustomization.yaml").read_text())
+        assert set(kustomization) <= {"apiVersion", "kind", "resources", "nameSuffix", "patches"}
+        assert [(kind / r).resolve() for r in kustomization["resources"]] == [WORKER_TEMPLATE]
+        names.add(template["metadata"]["name"] + kustomization["nameSuffix"])
+    for overlay, resources in RENDERED.items():
+        for worker, _, _, hardware in workers(resources):
+            assert worker["metadata"]["name"] in names, overlay
+            expected = copy.deepcopy(template)
+            expected["metadata"]["namespace"] = worker["metadata"]["namespace"]
+            for difference in differences(expected, worker):
+                assert any(difference[: len(p)] == p for p in PATCHED[hardware]), (
+                    overlay,
+                    worker["metadata"]["name"],
+                    difference,
+                )
+    assert {w["metadata"]["name"] for w, _, _, _ in workers(RENDERED["gpu"])} == names
+
+
 def test_the_gateways_probes_are_its_health_endpoints() -> None:
     # The paths the gateway serves, as its OpenAPI document lists them.
     gateway = create_app(cast(Any, SimpleNamespace(settings=Settings(), tracer=None)))
@@ -327,4 +402,26 @@ def test_the_existing_infrastructure_overlay_brings_none_of_its_own() -> None:
 def test_the_kustomize_subset_refuses_what_it_does_not_render(tmp_path: Path) -> None:
     (tmp_path / "kustomization.yaml").write_text("resources: []\ncommonLabels: {a: b}\n")
     with pytest.raises(ValueError, match="commonLabels"):
+        render(tmp_path)
+
+
+def test_the_kustomize_subset_patches_before_it_renames_and_renames_only_deployments(
+    tmp_path: Path,
+) -> None:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}}
+    (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(deployment))
+    patch = yaml.safe_dump({**deployment, "spec": {"replicas": 2}})
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {"resources": ["deployment.yaml"], "nameSuffix": "-x", "patches": [{"patch": patch}]}
+        )
+    )
+    assert render(tmp_path) == [
+        {**deployment, "metadata": {"name": "w-x"}, "spec": {"replicas": 2}}
+    ]
+    (tmp_path / "configmap.yaml").write_text(yaml.safe_dump({**deployment, "kind": "ConfigMap"}))
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": ["configmap.yaml"], "nameSuffix": "-x"})
+    )
+    with pytest.raises(ValueError, match="nameSuffix on a ConfigMap"):
         render(tmp_path)
