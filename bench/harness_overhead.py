@@ -3,7 +3,7 @@
 For each framework installed here and each model, in one process:
 - dlscope: the worker's own code path, the predictor from ``predictor_factory`` opened on
   the CPU and timed by ``shared.measurement.run_scenario`` around ``predictor.predict(inputs)``,
-  exactly as ``services/workers/measurement.py`` ``measure`` does;
+  exactly as ``services/workers/framework/measurement.py`` ``measure`` does;
 - both again inside a ``FrameworkProcess`` (``services.workers.isolation``), where a worker
   has measured since every framework got its own process ("isolated" in the results);
 - bare: a loop timing the same framework session (the predictor's own: one set of weights,
@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from bench.common import percentiles
-from services.workers.inputs import synthetic_inputs
+from services.workers.framework.inputs import synthetic_inputs
+from services.workers.framework.predictors import Predictor, predictor_factory
+from services.workers.framework.session import Session
 from services.workers.isolation import FrameworkProcess
-from services.workers.predictors import Predictor, predictor_factory
-from services.workers.session import Session
 from shared.artifacts import ArtifactCache, sha256_of
 from shared.config import REPOSITORY_ROOT
 from shared.errors import ConfigurationError

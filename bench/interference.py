@@ -2,8 +2,8 @@
 often a run with CPU hogs is caught.
 
 overhead: in one process, the worker's own measuring path (``run_scenario`` around the
-    predictor's ``predict``, as ``services/workers/measurement.py`` runs it) with the timed
-    window's snapshots on and off, alternated block by block (on-off, then off-on, so drift
+    predictor's ``predict``, as services/workers/framework/measurement.py runs it) with the
+    timed window's snapshots on and off, alternated block by block (on-off, then off-on, so drift
     hits both alike); the figure is the median over rounds of p50(on) / p50(off), with its
     95 % bootstrap interval, for squeezenet (milliseconds) and digits-cnn (tens of µs), plus
     what one snapshot costs. Goal: within 0.5 % of 1.
@@ -37,8 +37,8 @@ import numpy as np
 
 from bench.common import percentiles
 from dlscope.cli.live import parse_line
-from services.workers.inputs import synthetic_inputs
-from services.workers.predictors import predictor_factory
+from services.workers.framework.inputs import synthetic_inputs
+from services.workers.framework.predictors import predictor_factory
 from shared.artifacts import ArtifactCache
 from shared.config import REPOSITORY_ROOT
 from shared.manifests import ModelManifest, load_manifest

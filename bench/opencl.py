@@ -27,8 +27,8 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 from bench.common import percentiles
-from services.workers.predictors.opencl.devices import open_device
-from services.workers.predictors.opencl.engine import Engine
+from services.workers.framework.opencl.devices import open_device
+from services.workers.framework.opencl.engine import Engine
 from shared.artifacts import locate
 
 __all__ = ["run"]

@@ -31,10 +31,11 @@ from typing import Any
 import numpy as np
 
 from dlscope.zoo import build_digits
-from services.workers.inputs import synthetic_inputs
-from services.workers.measurement import measure
-from services.workers.predictors import Profiles, Unavailable, predictor_factory
-from services.workers.profiling import PROFILER_WARMUP, TracedPass, TracedQuery, Tracing
+from services.workers.framework.inputs import synthetic_inputs
+from services.workers.framework.measurement import measure
+from services.workers.framework.predictors import Profiles, Unavailable, predictor_factory
+from services.workers.framework.profiling import PROFILER_WARMUP
+from services.workers.handover import TracedPass, TracedQuery, Tracing
 from services.workers.tracing import record_trace
 from shared.artifacts import ArtifactCache
 from shared.manifests import ModelManifest, load_manifest

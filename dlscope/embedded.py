@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 
 from dlscope.catalogue import build_control_plane, build_gateway, build_worker
 from services.workers import WorkerService
-from services.workers.predictors import not_installed
+from services.workers.availability import not_installed
 from shared.config import Settings
 from shared.errors import ConfigurationError, DlscopeError, ModelNotFound
 from shared.eventstore import EventStore

@@ -66,7 +66,7 @@ def opencl_problem(hardware: str = "cpu") -> str | None:
     no kernel: PoCL's LLVM may not know a new CPU), or None. Asked in a process of its own,
     as a worker's framework process asks it: a compiler that fails may not leave cleanly."""
     probe = (
-        "from services.workers.predictors.opencl.devices import compiler_problem; "
+        "from services.workers.framework.opencl.devices import compiler_problem; "
         f"print(compiler_problem({hardware!r}) or '', end='')"
     )
     found = subprocess.run(

@@ -15,13 +15,14 @@ How one option reaches the kernel, ``-b 4`` (``batch_size``) for instance, in ei
 3. the scheduler's ``_schedule`` handler receives it typed and ``decisions.dispatch`` copies
    the scenario into the ``RunEvaluation`` job (``services/scheduler/decisions.py``);
 4. the worker's ``JobRunner.run`` handler receives the job typed (``services/workers/jobs.py``)
-   and calls ``measure_job`` in its framework process (``services/workers/session.py``);
+   and calls ``MEASURE_JOB`` (``services/workers/handover.py``), ``measure_job`` in its
+   framework process (``services/workers/framework/session.py``);
 5. ``measurement.measure`` asks the scenario for its plan, ``Scenario.measurement()``: a
-   ``BatchSweep`` of the one size 4 (``services/workers/measurement.py``), and builds the
-   inputs of each query size before timing starts;
+   ``BatchSweep`` of the one size 4 (``services/workers/framework/measurement.py``), and
+   builds the inputs of each query size before timing starts;
 6. ``run_scenario`` (``shared/measurement/drivers.py``) issues queries of 4 sample indices;
 7. ``run_query`` picks the inputs built for a query of that size;
-8. ``Predictor.predict`` (``services/workers/predictors/``) runs the framework on them.
+8. ``Predictor.predict`` (``services/workers/framework/predictors/``) runs the framework on them.
 """
 
 from __future__ import annotations

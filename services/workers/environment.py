@@ -14,7 +14,6 @@ import importlib
 import logging
 import os
 import platform
-import re
 import shutil
 import socket
 import subprocess
@@ -34,7 +33,6 @@ __all__ = [
     "Gpu",
     "capabilities",
     "environment",
-    "framework_build",
     "gpus",
     "host_name",
 ]
@@ -178,36 +176,6 @@ def _platform() -> str:
     return platform.platform()  # reads the interpreter's binary for its libc: once is enough
 
 
-@functools.cache
-def _torch_build() -> dict[str, Any]:
-    torch: Any = sys.modules["torch"]
-    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
-    return {
-        "blas": blas.group(1) if blas else None,
-        "mkl": torch.backends.mkl.is_available(),
-        "mkldnn": torch.backends.mkldnn.is_available(),
-        "openmp": torch.backends.openmp.is_available(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.version.cuda else None,
-    }
-
-
-def framework_build(framework: str) -> dict[str, Any]:
-    """torch's build and threads, when this process has torch loaded (never imported here):
-    read in the framework process, which sends it to the worker."""
-    torch: Any = sys.modules.get("torch")
-    if framework != "pytorch" or torch is None:
-        return {}
-    return {
-        "torch_build": {
-            **_torch_build(),
-            "intra_op_threads": torch.get_num_threads(),
-            "inter_op_threads": torch.get_num_interop_threads(),
-        }
-    }
-
-
 def _libraries(framework: str) -> dict[str, str]:
     return {
         name: found
@@ -325,8 +293,8 @@ def environment(
     """Everything needed to reproduce or question a measurement, read at its start.
 
     ``framework`` is the predictor's description (``framework``, ``framework_version``);
-    ``seed`` seeds the evaluation's generated inputs; ``build`` is ``framework_build`` as
-    the framework process read it (by default, as this process sees it); ``ours`` are the
+    ``seed`` seeds the evaluation's generated inputs; ``build`` is the framework's build as
+    its framework process read it (``services.workers.framework.build``); ``ours`` are the
     framework processes of this process's workers: named among the heavy processes when
     they are measuring now (another member of an experiment), left out when idle (this
     worker's own, between jobs).
@@ -338,7 +306,7 @@ def environment(
         **_machine(),
         **framework,
         "libraries": _libraries(name),
-        **(framework_build(name) if build is None else build),
+        **(build or {}),
         "python": sys.version.split()[0],
         "platform": _platform(),
         "cpu_governor": _governor(),

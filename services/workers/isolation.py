@@ -1,10 +1,11 @@
 """The worker's framework in a process of its own, supervised.
 
-A worker never imports its framework: ``FrameworkProcess`` starts ``services.workers.session``
-as a child process and calls functions there. Whatever the framework does natively — a
-segfault, an abort in an OpenCL compiler, the OOM killer, a hang — ends that process only:
-the call raises ``FrameworkCrashed`` naming the signal (or the exit status), what the process
-was doing and its last lines of output, and the next call starts a fresh process. So one
+A worker never imports its framework: ``FrameworkProcess`` starts
+``services.workers.framework.session`` as a child process and calls functions there
+(``services.workers.handover``). Whatever the framework does natively — a segfault, an
+abort in an OpenCL compiler, the OOM killer, a hang — ends that process only: the call
+raises ``FrameworkCrashed`` naming the signal (or the exit status), what the process was
+doing and its last lines of output, and the next call starts a fresh process. So one
 framework can never take down a worker, nor, in the embedded mode, the other frameworks of
 a comparison; and importing TensorFlow never slows PyTorch down.
 
@@ -28,9 +29,9 @@ import threading
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
-from services.workers.session import Described
+from services.workers.handover import Described, FrameworkCall
 from shared.errors import ArtifactError, ConfigurationError, PredictorError
 from shared.measurement.progress import Step
 
@@ -45,6 +46,8 @@ _TAIL_CHARS = 1500
 _START_TIMEOUT_S = 300.0
 # After the connection closes, how long the process may take to exit and its output to drain.
 _EXIT_GRACE_S = 10.0
+
+R = TypeVar("R")
 
 
 class FrameworkCrashed(PredictorError):
@@ -100,20 +103,24 @@ class FrameworkProcess:
             return await self._ensure_started()
 
     async def call(
-        self, target: str, *args: Any, on_step: Callable[[Step], Awaitable[None]] | None = None
-    ) -> Any:
-        """``target(session, *args)`` in the framework process (``"module:function"``);
-        its errors come back as ours (ArtifactError, PredictorError), its death as
-        FrameworkCrashed. ``on_step`` is told each step the function reports."""
+        self,
+        function: FrameworkCall[R],
+        *args: Any,
+        on_step: Callable[[Step], Awaitable[None]] | None = None,
+    ) -> R:
+        """``function(session, *args)`` in the framework process (``services.workers.
+        handover``); its errors come back as ours (ArtifactError, PredictorError), its death
+        as FrameworkCrashed. ``on_step`` is told each step the function reports."""
         async with self._lock:
             await self._ensure_started()
             assert self._connection is not None
             assert self._inbox is not None
-            self._phase = self._doing = f"running {target.rpartition(':')[2]}"
-            await asyncio.to_thread(self._connection.send, ("call", target, args))
+            self._phase = self._doing = f"running {function.name}"
+            await asyncio.to_thread(self._connection.send, ("call", function.target, args))
             try:
                 async with asyncio.timeout(self._deadline_s):
-                    return await self._answer(on_step)
+                    answer: R = await self._answer(on_step)
+                    return answer
             except TimeoutError:
                 phase = self._doing
                 await self._kill()
@@ -153,7 +160,7 @@ class FrameworkProcess:
                     # Not "-m": the session's classes must be pickled under their module's
                     # name, not as __main__'s.
                     "-c",
-                    "from services.workers.session import main; main()",
+                    "from services.workers.framework.session import main; main()",
                     f"--framework={self.framework}",
                     f"--hardware={self.hardware}",
                     f"--fd={child.fileno()}",

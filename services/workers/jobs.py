@@ -3,7 +3,7 @@
 job -> started (attempt, environment) -> version check -> verified artifact
     -> the device's lease (services.workers.leases: "waiting for the device" while another
        measurement holds it; failed at stage "timeout" if it never comes in time)
-    -> measured, by the framework process (services.workers.session), the lease held
+    -> measured, by the framework process (services.workers.framework.session), the lease held
     -> or failed, with the stage and the reason (the framework process's death included);
        the worker stays up for the next job
 
@@ -35,9 +35,9 @@ from opentelemetry.trace import Tracer
 
 from services.workers.devices import worker_device
 from services.workers.environment import environment, host_name
+from services.workers.handover import MEASURE_JOB
 from services.workers.isolation import FrameworkProcess
 from services.workers.leases import DeviceBusy, DeviceLeases, Held, Holder
-from services.workers.measurement import Run
 from services.workers.standing import no_longer_stands
 from services.workers.tracing import record_trace
 from shared.artifacts import ArtifactCache
@@ -317,8 +317,8 @@ class JobRunner:
             return "artifact", str(exc)
         try:
             async with self._device(job, tell, until) as window:
-                run: Run = await self._framework.call(
-                    "services.workers.session:measure_job",
+                run = await self._framework.call(
+                    MEASURE_JOB,
                     job,
                     str(path),
                     str(self._results_dir / str(job.evaluation_id)),

@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 
 from services.workers.agent import Agent, default_agent_id
+from services.workers.availability import not_installed
 from services.workers.environment import host_name
 from services.workers.isolation import FrameworkProcess
 from services.workers.jobs import JobRunner
 from services.workers.leases import DeviceLeases
-from services.workers.predictors import not_installed
 from shared.artifacts import ArtifactCache
 from shared.errors import ConfigurationError
 from shared.messages import (

@@ -22,7 +22,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
-from services.workers.profiling import TracedPass, TracedQuery, Tracing
+from services.workers.handover import TracedPass, TracedQuery, Tracing
 from shared.messages import LayerTiming, LevelOutcome, TraceLevel
 
 __all__ = ["record_trace"]

@@ -31,7 +31,7 @@ from harness.deployment import (
     purge_namespace,
 )
 from harness.waiting import evaluation_outcome
-from services.workers.predictors import framework_module
+from services.workers.availability import framework_module
 from tests.conftest import POSTGRES_ADMIN_DSN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from services.workers.handover import MEASURE_JOB, FrameworkCall
 from services.workers.isolation import FrameworkProcess
 from shared.eventstore import EventStore
 from shared.messages import Envelope, RunEvaluation, Scenario, encode, evaluation_stream, job_key
@@ -23,10 +24,10 @@ async def test_a_job_delivered_again_after_its_evaluations_failure_is_not_run(
     call = FrameworkProcess.call
 
     async def counted(
-        self: FrameworkProcess, function: str, *arguments: Any, **options: Any
+        self: FrameworkProcess, function: FrameworkCall[Any], *arguments: Any, **options: Any
     ) -> Any:
-        if function.endswith(":measure_job"):
-            measured.append(function)
+        if function == MEASURE_JOB:
+            measured.append(function.target)
         return await call(self, function, *arguments, **options)
 
     monkeypatch.setattr(FrameworkProcess, "call", counted)

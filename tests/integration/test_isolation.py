@@ -19,6 +19,7 @@ import pytest
 from dlscope.embedded import all_services
 from harness.deployment import purge_namespace
 from services.workers import WorkerService
+from services.workers.handover import FrameworkCall
 from services.workers.isolation import FrameworkCrashed, FrameworkProcess
 from shared.errors import ConfigurationError, PredictorError
 from shared.messaging import create_broker
@@ -28,6 +29,11 @@ from tests.conftest import opencl_problem
 from tests.integration.conftest import STACKS, stack_settings
 
 FAULTS = "tests.integration.faults"
+
+
+def fault(name: str) -> FrameworkCall[Any]:
+    """A function of tests/integration/faults.py, called in the framework process."""
+    return FrameworkCall(f"{FAULTS}:{name}", object)
 
 
 @pytest.fixture
@@ -45,7 +51,7 @@ async def test_the_framework_is_imported_in_its_own_process(
     described = await onnxruntime.start()
     assert described.version.count(".") >= 1
     assert described.pid == onnxruntime.pid != os.getpid()
-    assert await onnxruntime.call(f"{FAULTS}:pid") == described.pid
+    assert await onnxruntime.call(fault("pid")) == described.pid
 
 
 async def test_an_abort_is_a_failure_naming_the_signal_what_it_did_and_its_last_words(
@@ -53,17 +59,17 @@ async def test_an_abort_is_a_failure_naming_the_signal_what_it_did_and_its_last_
 ) -> None:
     first = (await onnxruntime.start()).pid
     with pytest.raises(FrameworkCrashed) as crash:
-        await onnxruntime.call(f"{FAULTS}:abort")
+        await onnxruntime.call(fault("abort"))
     message = str(crash.value)
     assert "the onnxruntime process was killed by SIGABRT while building the program" in message
     assert "about to abort, as a native library would" in message
     # The next call gets a fresh process: one crash does not end the framework's worker.
-    assert await onnxruntime.call(f"{FAULTS}:pid") != first
+    assert await onnxruntime.call(fault("pid")) != first
 
 
 async def test_an_exit_names_its_status(onnxruntime: FrameworkProcess) -> None:
     with pytest.raises(FrameworkCrashed, match=r"exited with status 3 .*exiting with 3"):
-        await onnxruntime.call(f"{FAULTS}:exit_with", 3)
+        await onnxruntime.call(fault("exit_with"), 3)
 
 
 async def test_a_hang_past_the_deadline_is_killed_and_named(tmp_path: Path) -> None:
@@ -72,8 +78,8 @@ async def test_a_hang_past_the_deadline_is_killed_and_named(tmp_path: Path) -> N
         with pytest.raises(
             FrameworkCrashed, match=r"did not finish within 1.5 s while waiting forever"
         ):
-            await process.call(f"{FAULTS}:hang")
-        assert await process.call(f"{FAULTS}:pid") > 0
+            await process.call(fault("hang"))
+        assert await process.call(fault("pid")) > 0
     finally:
         await process.close()
 
@@ -83,8 +89,8 @@ async def test_a_framework_error_is_an_ordinary_failure_and_keeps_the_process(
 ) -> None:
     first = (await onnxruntime.start()).pid
     with pytest.raises(PredictorError, match="ValueError: the framework refused the input"):
-        await onnxruntime.call(f"{FAULTS}:fail")
-    assert await onnxruntime.call(f"{FAULTS}:pid") == first
+        await onnxruntime.call(fault("fail"))
+    assert await onnxruntime.call(fault("pid")) == first
 
 
 async def test_a_framework_that_is_not_installed_stops_its_worker_with_the_reason(

@@ -17,8 +17,9 @@ import torch
 
 from dlscope.zoo import BuiltModel, build_digits
 from dlscope.zoo.export import export_torchscript
-from services.workers.measurement import Run, measure
-from services.workers.predictors import predictor_factory
+from services.workers.framework.measurement import measure
+from services.workers.framework.predictors import predictor_factory
+from services.workers.handover import Run
 from shared.artifacts import ArtifactCache, sha256_of
 from shared.breakdown import align, kind_of
 from shared.errors import ConfigurationError

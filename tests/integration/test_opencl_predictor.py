@@ -23,18 +23,18 @@ import pyopencl as cl
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from services.workers.predictors.opencl import OpenCLPredictor, device_capabilities
-from services.workers.predictors.opencl.devices import (
+from services.workers.framework.opencl.devices import (
     BUILD_OPTIONS,
     OpenCLDevice,
     build_program,
     kernel_source,
     open_device,
 )
-from services.workers.predictors.opencl.engine import Engine
-from services.workers.predictors.opencl.graph import graph_from_model
-from services.workers.predictors.opencl.settings import OpenCLSettings
-from services.workers.predictors.opencl.tiling import VECTOR_WIDTHS, Tiling
+from services.workers.framework.opencl.engine import Engine
+from services.workers.framework.opencl.graph import graph_from_model
+from services.workers.framework.opencl.settings import OpenCLSettings
+from services.workers.framework.opencl.tiling import VECTOR_WIDTHS, Tiling
+from services.workers.framework.predictors.opencl import OpenCLPredictor, device_capabilities
 from shared.artifacts import locate
 from shared.config import REPOSITORY_ROOT
 from shared.errors import PredictorError

@@ -25,7 +25,7 @@ from dlscope.zoo.digits import DIGITS_DATASET
 from dlscope.zoo.export import _torchscript_allowed
 from dlscope.zoo.training import digits_cnn
 from services.workers.environment import gpus
-from services.workers.predictors import Predictor, PredictorFactory, predictor_factory
+from services.workers.framework.predictors import Predictor, PredictorFactory, predictor_factory
 from shared.artifacts import ArtifactCache, sha256_of
 from shared.datasets import load_dataset
 from shared.errors import ConfigurationError, PredictorError

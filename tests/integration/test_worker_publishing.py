@@ -12,6 +12,7 @@ import pytest
 
 from dlscope.embedded import all_services
 from harness.waiting import evaluation_outcome
+from services.workers.handover import MEASURE_JOB, FrameworkCall
 from services.workers.isolation import FrameworkProcess
 from shared.config import Settings
 from shared.errors import BrokerUnavailable
@@ -57,10 +58,10 @@ async def test_a_measurement_is_published_when_the_broker_is_back(
     call = FrameworkProcess.call
 
     async def counted(
-        self: FrameworkProcess, function: str, *arguments: Any, **options: Any
+        self: FrameworkProcess, function: FrameworkCall[Any], *arguments: Any, **options: Any
     ) -> Any:
-        if function.endswith(":measure_job"):
-            measured.append(function)
+        if function == MEASURE_JOB:
+            measured.append(function.target)
         return await call(self, function, *arguments, **options)
 
     monkeypatch.setattr(FrameworkProcess, "call", counted)

@@ -9,8 +9,13 @@ from typing import Any
 
 import pytest
 
-from services.workers.predictors.engines import EngineCache, engine_dir, engine_key, precision_of
-from services.workers.predictors.onnxrt import OnnxRuntimePredictor
+from services.workers.framework.predictors.engines import (
+    EngineCache,
+    engine_dir,
+    engine_key,
+    precision_of,
+)
+from services.workers.framework.predictors.onnxrt import OnnxRuntimePredictor
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
 

@@ -19,6 +19,7 @@ import pytest
 
 from services.workers import environment as env
 from services.workers.environment import Gpu, capabilities, environment, gpus
+from services.workers.framework.build import framework_build
 
 ONNXRUNTIME = {"framework": "onnxruntime", "framework_version": version("onnxruntime")}
 
@@ -147,7 +148,8 @@ def test_the_environment_names_the_frameworks_own_libraries() -> None:
 
 def test_a_pytorch_environment_has_torchs_build_and_threads() -> None:
     torch = pytest.importorskip("torch")
-    described = environment({"framework": "pytorch", "framework_version": "x"}, seed=0)
+    build = framework_build("pytorch")  # as the framework process reads it
+    described = environment({"framework": "pytorch", "framework_version": "x"}, seed=0, build=build)
     assert described["libraries"]["torch"] == version("torch")
     build = described["torch_build"]
     assert build["mkldnn"] == torch.backends.mkldnn.is_available()

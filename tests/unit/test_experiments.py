@@ -12,7 +12,7 @@ import pytest
 from services.analyzer.experiments import Experiment, compare, evolve
 from services.scheduler.agents import AgentEntry
 from services.scheduler.experiments import plan_experiment
-from services.workers.fingerprint import input_identity, output_fingerprint
+from services.workers.framework.fingerprint import input_identity, output_fingerprint
 from shared.errors import ModelNotFound
 from shared.manifests import ModelManifest
 from shared.messages import (

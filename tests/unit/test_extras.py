@@ -20,7 +20,7 @@ import pytest
 import setuptools
 from packaging.requirements import Requirement
 
-from services.workers.predictors import not_installed
+from services.workers.availability import not_installed
 from shared.config import REPOSITORY_ROOT
 from shared.errors import ConfigurationError
 from shared.measurement import SingleStream

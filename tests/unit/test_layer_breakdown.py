@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from services.workers.layer_stats import layer_stats
-from services.workers.predictors.onnxrt_profiling import graph_name, layers_of_trace
-from services.workers.predictors.tensorrt_profiling import trt_layers
-from services.workers.predictors.torch_profiling import numbered, onednn_layers
-from services.workers.profiling import TracedQuery
+from services.workers.framework.layer_stats import layer_stats
+from services.workers.framework.predictors.onnxrt_profiling import graph_name, layers_of_trace
+from services.workers.framework.predictors.tensorrt_profiling import trt_layers
+from services.workers.framework.predictors.torch_profiling import numbered, onednn_layers
+from services.workers.handover import TracedQuery
 from shared.breakdown import align, breakdown, kind_of, profile_of, report
 from shared.messages import (
     EvaluationMeasured,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter
 
-from services.workers.predictors import predictor_factory
+from services.workers.framework.predictors import predictor_factory
 from shared.config import REPOSITORY_ROOT
 from shared.errors import ManifestError
 from shared.manifests import (

@@ -11,10 +11,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from services.workers.predictors.opencl.engine import SUPPORTED_OPS, prepare
-from services.workers.predictors.opencl.folding import fold_batch_norm, fold_constants
-from services.workers.predictors.opencl.fusion import fuse
-from services.workers.predictors.opencl.graph import (
+from services.workers.framework.opencl.engine import SUPPORTED_OPS, prepare
+from services.workers.framework.opencl.folding import fold_batch_norm, fold_constants
+from services.workers.framework.opencl.fusion import fuse
+from services.workers.framework.opencl.graph import (
     Graph,
     Node,
     check_supported,
@@ -22,9 +22,9 @@ from services.workers.predictors.opencl.graph import (
     load_graph,
     topological_order,
 )
-from services.workers.predictors.opencl.lowering import Alias, ConstantPool, Layer, lower
-from services.workers.predictors.opencl.planner import Lifetime, assign_offsets, plan_memory
-from services.workers.predictors.opencl.tiling import Tiling
+from services.workers.framework.opencl.lowering import Alias, ConstantPool, Layer, lower
+from services.workers.framework.opencl.planner import Lifetime, assign_offsets, plan_memory
+from services.workers.framework.opencl.tiling import Tiling
 from shared.artifacts import locate
 from shared.errors import PredictorError
 

@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.workers.profiling import TracedPass, TracedQuery, TracedStep, Tracing
+from services.workers.handover import TracedPass, TracedQuery, TracedStep, Tracing
 from services.workers.tracing import record_trace
 from shared.messages import LayerTiming, LevelOutcome
 

@@ -1,0 +1,127 @@
+"""What passes between a worker and its framework process, and the calls it can make there.
+
+The worker side never imports the framework side (``services.workers.framework``, where the
+frameworks are imported): an import contract keeps it so. What crosses the pipe is defined
+here, on neither side: what the framework process says of itself once started
+(``Described``), what one job measured (``Run``, with its traced passes as records on the
+wall clock, ``Tracing``), and the functions the worker may call there, each a
+``FrameworkCall`` that names its function and the type it answers with.
+tests/unit/test_handover.py resolves every call in this module and checks that its function
+takes a ``Session`` and answers with that type, so the name cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from shared.measurement import ScenarioResult
+from shared.measurement.cost import JobReadings
+from shared.measurement.loadgen import LoadgenResult
+from shared.messages import (
+    AccuracyMeasurement,
+    LayerTiming,
+    LevelOutcome,
+    OutputFingerprint,
+    ProfiledPass,
+    TraceLevel,
+)
+
+__all__ = [
+    "MEASURE_JOB",
+    "Described",
+    "FrameworkCall",
+    "Run",
+    "TracedPass",
+    "TracedQuery",
+    "TracedStep",
+    "Tracing",
+]
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class FrameworkCall(Generic[R]):
+    """A function of the framework process, ``"module:function"``, answering with ``R``:
+    named, not imported, because importing it would import the framework side."""
+
+    target: str
+    answers: type[R]
+
+    @property
+    def name(self) -> str:
+        return self.target.rpartition(":")[2]
+
+
+@dataclass(frozen=True)
+class Described:
+    """What the framework process reports once it has imported its framework."""
+
+    version: str
+    device: dict[str, Any]
+    # The framework's build as the environment capture reports it (torch's BLAS, threads).
+    build: dict[str, Any]
+    pid: int
+
+
+@dataclass(frozen=True)
+class TracedStep:
+    name: str  # input, predict, post-process
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class TracedQuery:
+    """One traced query on the wall clock, with its steps (model) or its layers (deeper)."""
+
+    index: int
+    start_ns: int
+    end_ns: int
+    steps: tuple[TracedStep, ...] = ()
+    layers: tuple[LayerTiming, ...] = ()
+
+
+@dataclass(frozen=True)
+class TracedPass:
+    level: TraceLevel
+    source: str
+    queries: tuple[TracedQuery, ...]
+    layers_kept: bool = True  # False: past MAX_TRACED_LAYERS, its layers were not handed back
+
+
+@dataclass(frozen=True)
+class Tracing:
+    """What the traced passes of one evaluation found."""
+
+    level: TraceLevel
+    outcomes: tuple[LevelOutcome, ...] = ()
+    passes: tuple[TracedPass, ...] = ()
+    profiled: tuple[ProfiledPass, ...] = ()
+
+    @property
+    def one_query(self) -> list[LayerTiming] | None:
+        """The first query's layers of the first profiled pass that has some."""
+        for traced in self.passes:
+            if traced.level != "model" and traced.queries and traced.queries[0].layers:
+                return list(traced.queries[0].layers)
+        return None
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one job's session measured, handed back to the worker."""
+
+    load_ns: int
+    native: ScenarioResult | None
+    loadgen: LoadgenResult | None
+    accuracy: AccuracyMeasurement | None
+    fingerprint: OutputFingerprint
+    layers: list[LayerTiming] | None  # one query's, from the first profiled pass
+    tracing: Tracing
+    machine: JobReadings | None = None  # the noise probe and the job's peak memory
+
+
+# One evaluation job's measurement: (job, model path, results folder) -> Run.
+MEASURE_JOB = FrameworkCall("services.workers.framework.session:measure_job", Run)
