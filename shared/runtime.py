@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from shared.config import Settings
+from shared.errors import ConfigurationError
 from shared.messages import Topology
 from shared.messaging import Broker, Bus, create_broker
 from shared.telemetry import Telemetry
@@ -103,7 +104,13 @@ def run_process(
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s {name} %(levelname)s %(name)s: %(message)s"
     )
-    uvloop.run(_serve(name, build, settings))
+    try:
+        uvloop.run(_serve(name, build, settings))
+    except ConfigurationError as exc:
+        # A setting the service cannot run with (a gateway open to the network without a
+        # token, say): one line that names it, not a traceback, and a failing exit status.
+        log.error("%s cannot start: %s", name, exc)
+        raise SystemExit(1) from None
 
 
 async def _serve(

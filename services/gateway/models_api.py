@@ -8,6 +8,7 @@ manifest may name (``shared.artifacts.policy``)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -162,7 +163,7 @@ async def register_model(request: Request, response: Response, context: Context)
     if _media(content_type) == MULTIPART:
         submitted, files = await _parse_upload(request, context)
     else:
-        submitted = _parse_manifest(content_type, await request.body(), context)
+        submitted = await _parsed_manifest(content_type, await request.body(), context)
     result = await ask_registry(
         context,
         "register",
@@ -236,7 +237,15 @@ async def _manifest_part(part: UploadFile | str | None, context: GatewayContext)
         )
     if _media(media) not in (*YAML_TYPES, "application/json"):
         media = "application/yaml"  # YAML reads JSON too
-    return _parse_manifest(media, text, context)
+    return await _parsed_manifest(media, text, context)
+
+
+async def _parsed_manifest(
+    content_type: str, body: bytes, context: GatewayContext
+) -> dict[str, Any]:
+    """Parsed off the event loop: a manifest near the node bound takes seconds to read, and the
+    gateway's other requests (health checks included) must not wait behind it."""
+    return await asyncio.to_thread(_parse_manifest, content_type, body, context)
 
 
 async def _file_part(key: str, part: UploadFile | str) -> UploadedFile:

@@ -75,10 +75,13 @@ class RecorderService:
             await self._store.close()
 
     async def _record(self, event: Payload, envelope: Envelope) -> None:
-        """Store ``envelope`` as it came. Admission is the routes': only known types with
-        payloads their wire contract accepts reach here (``event``); anything else is an
+        """Store ``event`` as its wire contract shaped it. Admission is the routes': only known
+        types with payloads their contract accepts reach here; anything else is an
         InvalidMessage, which the bus dead-letters at once with the reason, as every other
-        service does with the same message."""
+        service does with the same message. The checked payload is stored, not the one that
+        came: the contract bounds what it keeps (a failure reason is cut to 8 KiB), and a
+        client publishing straight to RabbitMQ must not store more than it admits."""
         assert self._writer is not None, "started before consuming"
+        envelope = envelope.model_copy(update={"payload": event.model_dump(mode="json")})
         if not await self._writer.submit(envelope):
             log.debug("event %s was already stored; skipping the duplicate", envelope.event_id)

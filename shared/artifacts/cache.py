@@ -24,7 +24,7 @@ from shared.artifacts.archives import (
 from shared.artifacts.digests import CHUNK, mismatch, sha256_of
 from shared.artifacts.downloads import download
 from shared.artifacts.limits import ArtifactLimits
-from shared.artifacts.sources import file_name, is_remote, locate
+from shared.artifacts.sources import file_name, is_remote, locate, not_found
 from shared.errors import ArtifactError
 from shared.manifests import ModelSource
 
@@ -94,7 +94,7 @@ class ArtifactCache:
             return cached
         origin = locate(source.uri)
         if not origin.is_file():
-            raise ArtifactError(f"{source.uri}: model file not found at {origin}")
+            raise not_found(source.uri, origin)
         try:
             with origin.open("rb") as handle:
                 self._store(iter(partial(handle.read, CHUNK), b""), cached, source)

@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlparse
 
 from shared.errors import ArtifactError
 
-__all__ = ["file_name", "is_remote", "locate"]
+__all__ = ["file_name", "is_remote", "locate", "not_found"]
 
 _REMOTE = frozenset({"http", "https"})
 
@@ -17,6 +17,15 @@ _REMOTE = frozenset({"http", "https"})
 def is_remote(uri: str) -> bool:
     """Whether ``uri`` is downloaded (``http://``, ``https://``) rather than read locally."""
     return urlparse(uri).scheme in _REMOTE
+
+
+def not_found(uri: str, origin: Path) -> ArtifactError:
+    """The error for a local source with no file: where it was looked for, except inside a
+    package, whose place on the host (its install path) is not the caller's to learn."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "pkg":
+        return ArtifactError(f"{uri}: model file not found in package {parsed.netloc!r}")
+    return ArtifactError(f"{uri}: model file not found at {origin}")
 
 
 def locate(uri: str) -> Path:

@@ -12,7 +12,7 @@ from shared.artifacts.archives import (
 )
 from shared.artifacts.digests import mismatch, sha256_of
 from shared.artifacts.limits import ArtifactLimits
-from shared.artifacts.sources import is_remote, locate
+from shared.artifacts.sources import is_remote, locate, not_found
 from shared.errors import ArtifactError
 from shared.manifests import ModelSource
 
@@ -40,7 +40,7 @@ def verify(
     archive = archive or archive_of(source)
     origin = locate(source.uri)
     if not origin.is_file():
-        raise ArtifactError(f"{source.uri}: model file not found at {origin}")
+        raise not_found(source.uri, origin)
     try:
         actual = sha256_of(origin)
     except OSError as exc:

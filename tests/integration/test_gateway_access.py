@@ -111,6 +111,24 @@ async def test_a_browser_signs_in_once_and_reads_the_pages(guarded: Stack) -> No
 
 
 @pytest.mark.parametrize("any_stack", ["embedded"], indirect=True)
+async def test_another_site_is_granted_no_cross_origin_access(any_stack: Stack) -> None:
+    """No CORS headers: a page on another origin cannot read the API through its user's
+    browser, preflighted or not."""
+    other = {"origin": "https://evil.example"}
+    async with anonymous(any_stack) as http:
+        preflight = await http.options(
+            "/v1/evaluations",
+            headers={**other, "access-control-request-method": "POST"},
+        )
+        read = await http.get("/v1/models", headers=other)
+    assert read.status_code == 200
+    for answer in (preflight, read):
+        granted = [h for h in answer.headers if h.lower().startswith("access-control-")]
+        assert granted == [], granted
+    assert preflight.status_code in (405, 400, 403)
+
+
+@pytest.mark.parametrize("any_stack", ["embedded"], indirect=True)
 async def test_without_a_token_nothing_asks_for_one(any_stack: Stack) -> None:
     async with anonymous(any_stack) as http:
         assert (await http.get("/v1/models")).status_code == 200

@@ -14,6 +14,7 @@ import pytest
 from harness.waiting import eventually
 from shared.errors import MessageTooLarge
 from shared.eventstore import EventStore
+from shared.inputs import MAX_REASON
 from shared.messages import AgentOffline, Envelope
 from shared.messaging import OutgoingMessage
 from tests.integration.conftest import STACKS, Stack, stack_settings, started_stack
@@ -94,3 +95,29 @@ async def test_a_message_too_large_or_holding_nul_is_dead_lettered_and_never_sto
         return await runtime.broker.queue_depth(topology.dead_letters) >= dead_before + 2
 
     await eventually(both_dead_lettered)
+
+
+async def test_a_reason_published_past_its_bound_is_stored_and_shown_cut(small: Stack) -> None:
+    """A client publishing straight to RabbitMQ stores no more than the contract keeps: the
+    recorder stores the checked payload, whose reason is cut to MAX_REASON characters."""
+    runtime = small.runtime
+    event_id = uuid.uuid4()
+    long = offline("r", event_id=event_id).model_dump(mode="json")
+    long["payload"]["reason"] = "R" * 100_000  # under the message bound, over the reason's
+    await runtime.broker.publish(
+        runtime.topology.events,
+        "agent.offline",
+        OutgoingMessage(body=orjson.dumps(long), message_id=str(event_id)),
+    )
+    async with EventStore.from_url(runtime.settings.resolved_database_url) as store:
+
+        async def stored() -> list[str]:
+            return [
+                e.payload["reason"]
+                for e in await store.stream_events("agent-agent-x")
+                if e.event_id == event_id
+            ]
+
+        (reason,) = await eventually(stored)
+    assert len(reason) <= MAX_REASON
+    assert reason.startswith("RRRR")

@@ -328,3 +328,14 @@ def test_a_source_that_describes_an_archive_is_fetched_from_its_member(tmp_path:
     )
     verify(source)
     assert ArtifactCache(tmp_path / "cache").fetch(source).read_bytes() == b"graph"
+
+
+def test_a_file_missing_from_its_package_is_named_without_the_install_path(
+    tmp_path: Path,
+) -> None:
+    """Where a package lies on the host is not the caller's to learn from an error."""
+    source = ModelSource(uri="pkg://onnx/absent/model.onnx", sha256="0" * 64)
+    with pytest.raises(ArtifactError) as refused:
+        ArtifactCache(tmp_path / "cache").fetch(source)
+    assert "not found in package 'onnx'" in str(refused.value)
+    assert "site-packages" not in str(refused.value)
