@@ -1,13 +1,18 @@
 """Measurement shared by every framework: scenarios, their drivers, and the statistics,
 validity verdicts and comparisons of the raw latencies they record.
 
-    scenarios    the settings of each scenario (plain data) and their validation
+This package is the logic. The types it produces that travel in messages (the scenario
+plans, results, statistics, verdicts, costs, machine windows and noise probes) are defined in
+shared.messages, the wire contract, and imported from there; each module here still names the
+ones it makes, so they are reachable where they always were.
+
+    scenarios    the scenario plans (shared.messages.plans); whether a dataset can feed one
     queries      what a query is: its samples, and the framework call ``run_query(indices)``
     drivers      run a scenario against ``run_query``: ``run_scenario``
     server       the server scenario's Poisson schedule and issuing thread
     warmup       warm-up until steady state
     overhead     the harness's own cost per query
-    results      what a run measured (raw) and its per-phase statistics
+    results      the per-phase statistics of what a run measured
     statistics   percentiles, bootstrap intervals, MLPerf's early-stopping minimums
     validity     VALID / INVALID with machine-readable reasons
     repetitions  run-to-run variation; is a difference between two evaluations significant

@@ -13,7 +13,8 @@
   its queries; where no counter can be read, "not measured" and why, never an estimate.
 
 The readings of the job (``JobReadings``: the noise probe and the peak) travel in the
-measured event; ``run_cost`` makes the result's figures of them and the headline window.
+measured event; ``run_cost`` makes the result's figures of them and the headline window. The
+figures travel in results and are defined with them (shared.messages.costs).
 """
 
 from __future__ import annotations
@@ -22,13 +23,9 @@ import resource
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field
-
-from shared.measurement.noise import NoiseProbe
 from shared.measurement.window import MachineWindow
-from shared.values import Frozen
+from shared.messages.costs import JobReadings, MachineReport, PeakMemory, RunCost
 
 __all__ = [
     "JobReadings",
@@ -46,52 +43,6 @@ _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")
 # linux/fs/proc/task_mmu.c: "5" resets the peak RSS (VmHWM) to the current RSS.
 _RESET_PEAK = "5"
-
-
-class PeakMemory(Frozen):
-    bytes: int = Field(ge=0)
-    scope: Literal["job", "process"] = Field(
-        description="job: since the job started; process: since the framework process started"
-    )
-    method: str = Field(description="how it was read, and why that way")
-
-
-class JobReadings(Frozen):
-    """What the measuring process read about the job besides the timed windows."""
-
-    noise: NoiseProbe | None = Field(
-        default=None, description="the noise probe before the warm-up and after the queries"
-    )
-    peak_memory: PeakMemory | None = None
-
-
-class RunCost(Frozen):
-    """The cost of the headline phase's queries, and the job's peak memory."""
-
-    queries: int = Field(ge=0, description="queries timed in the window")
-    samples_per_query: int = Field(default=1, ge=1)
-    cpu_s: float | None = Field(default=None, description="CPU time of the window, all threads")
-    cpu_s_per_query: float | None = None
-    peak_memory: PeakMemory | None = None
-    device_memory_bytes: int | None = Field(
-        default=None, ge=0, description="on a GPU: what the framework process held there"
-    )
-    energy_j_per_query: float | None = None
-    energy_source: str | None = None
-    not_measured: dict[str, str] = Field(
-        default_factory=dict,
-        description="cpu, memory, device_memory or energy: why it was not measured",
-    )
-
-
-class MachineReport(Frozen):
-    """What a result cost, and what else used the machine while it was measured."""
-
-    cost: RunCost
-    windows: tuple[MachineWindow, ...] = Field(
-        default=(), description="one per timed phase, in order (per batch size in a sweep)"
-    )
-    noise: NoiseProbe | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,9 @@ Warm-up happens before LoadGen starts (LoadGen has none), with the same steady-s
 dlscope's drivers. dlscope's adaptive stop has no LoadGen counterpart and is not mapped;
 LoadGen applies its own early-stopping rules. A batch sweep, not a LoadGen scenario, runs as
 one single-stream test per batch size, each LoadGen sample standing for a batch.
+
+What a LoadGen run records (``LoadgenResult``, ``LoadgenPhase``) travels in the measured event
+and is defined with the other results (shared.messages.results).
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from shared.errors import ConfigurationError
 from shared.measurement.progress import (
@@ -42,46 +43,14 @@ from shared.measurement.scenarios import (
     SingleStream,
     check_sample_count,
 )
-from shared.measurement.warmup import WarmupReport, warm_up
-from shared.measurement.window import MachineWindow, WindowWatch
+from shared.measurement.warmup import warm_up
+from shared.measurement.window import WindowWatch
+from shared.messages.results import LoadgenPhase, LoadgenResult
 
 __all__ = ["LoadgenPhase", "LoadgenResult", "parse_summary", "run_loadgen"]
 
 SUMMARY_FILE = "mlperf_log_summary.txt"
 DETAIL_FILE = "mlperf_log_detail.txt"
-
-
-class LoadgenPhase(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    samples_per_query: int
-    output_dir: str
-    first_query_ns: int
-    warmup: WarmupReport
-    summary: dict[str, Any] = Field(description="parse_summary of mlperf_log_summary.txt")
-    window: MachineWindow | None = Field(
-        default=None, description="what else used the machine while LoadGen ran the test"
-    )
-    framework_calls: int | None = Field(
-        default=None, description="framework calls the test made (dlscope's queries)"
-    )
-
-    @property
-    def valid(self) -> bool:
-        return self.summary.get("result") == "VALID"
-
-
-class LoadgenResult(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    scenario: ScenarioPlan
-    sample_count: int
-    load_ns: int | None = None
-    phases: tuple[LoadgenPhase, ...]
-
-    @property
-    def valid(self) -> bool:
-        return all(phase.valid for phase in self.phases)
 
 
 def run_loadgen(
@@ -132,7 +101,7 @@ def run_loadgen(
 
 def _loadgen() -> Any:
     """LoadGen itself, imported when a run uses it: it is an extra (``dlscope[loadgen]``), and
-    the wire contracts import this module, on every host, for ``LoadgenResult``."""
+    this module is imported on hosts without it (the analyzer's, for the names it keeps)."""
     try:
         import mlperf_loadgen
     except ImportError as exc:

@@ -6,7 +6,8 @@ The workload is the same everywhere and deterministic: sorting a fixed array of 
 doubles (numpy's sort, one thread: no thread pool to wake), about 2 ms on a current
 server core. Each probe takes the fastest of ``REPETITIONS``: a preemption or a page fault
 lengthens one repetition, not the minimum, so what moves the minimum is the machine's speed.
-The verdict compares the two minimums (``validity``).
+The verdict compares the two minimums (``validity``). What a probe records, ``NoiseProbe``,
+travels in results and is defined with them (shared.messages.machine).
 """
 
 from __future__ import annotations
@@ -14,28 +15,15 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+
+from shared.messages.machine import PROBE_REPETITIONS, PROBE_SIZE, PROBE_WORKLOAD, NoiseProbe
 
 __all__ = ["REPETITIONS", "WORKLOAD", "NoiseProbe", "probe_ns"]
 
-REPETITIONS = 11
-_SIZE = 1 << 16
-WORKLOAD = f"numpy sort of {_SIZE} fixed doubles, fastest of {REPETITIONS}"
-
-
-class NoiseProbe(BaseModel):
-    """The probe's time before the warm-up and after the timed queries."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    workload: str = WORKLOAD
-    before_ns: int = Field(gt=0, description="fastest repetition before the warm-up")
-    after_ns: int = Field(gt=0, description="fastest repetition after the timed queries")
-
-    @property
-    def shift(self) -> float:
-        """How much slower (positive) or faster the machine ran the probe afterwards."""
-        return self.after_ns / self.before_ns - 1
+# The workload is fixed beside the probe's record (shared.messages.machine), which names it.
+REPETITIONS = PROBE_REPETITIONS
+_SIZE = PROBE_SIZE
+WORKLOAD = PROBE_WORKLOAD
 
 
 def probe_ns(repetitions: int = REPETITIONS) -> int:

@@ -5,7 +5,8 @@ the next one's start (choosing samples, storing the latency, checking when to st
 lowers throughput but not latency; it is the loop's wall time minus the sum of latencies,
 per query (for the server, the delay from a query being ready and the worker free to the
 framework call starting). Inside the pair: the clock read and the Python call, which every
-reported latency includes; calibrated by timing a null query the same way.
+reported latency includes; calibrated by timing a null query the same way. Both travel in
+the result (``HarnessOverhead``, shared.messages.results).
 """
 
 from __future__ import annotations
@@ -14,21 +15,11 @@ import statistics
 import time
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from shared.messages.results import HarnessOverhead
 
 __all__ = ["HarnessOverhead", "null_query_floor_ns", "server_dispatch_ns"]
 
 _CALIBRATION_QUERIES = 2000
-
-
-class HarnessOverhead(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    per_query_ns: float = Field(description="time per query outside the framework call")
-    timer_floor_ns: float = Field(
-        description="median latency of a null query: the harness's part of every latency"
-    )
-    method: str = Field(description="how per_query_ns was measured")
 
 
 def _null_query(_: Sequence[int]) -> None:

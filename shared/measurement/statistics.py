@@ -6,6 +6,9 @@ the k-th smallest of n values resampled with replacement is ``sorted[ceil(n * U)
 ``U`` the k-th smallest of n uniforms, which is Beta(k, n - k + 1) distributed. So each
 resample costs two Beta draws instead of n draws and a sort, and 1 000 resamples of 100 000
 latencies take about a millisecond after one sort.
+
+What they make (``LatencyStatistics`` and its parts) travels in results and is defined with
+them (shared.messages.statistics).
 """
 
 from __future__ import annotations
@@ -13,11 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Literal
 
 import numpy as np
 
-from shared.values import Frozen
+from shared.messages.statistics import Interval, LatencyStatistics, Percentile, Throughput
 
 __all__ = [
     "REPORTED_PERCENTILES",
@@ -33,57 +35,6 @@ __all__ = [
 REPORTED_PERCENTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
 # LoadGen's early-stopping confidence (loadgen/results.cc, PerformanceSummary::EarlyStopping).
 EARLY_STOPPING_CONFIDENCE = 0.99
-
-
-class Interval(Frozen):
-    low: float
-    # None: no upper limit (a throughput whose queries vary as much as they last). JSON has
-    # no infinity, and the interval travels in messages.
-    high: float | None
-    confidence: float
-
-    @property
-    def half_width(self) -> float:
-        return math.inf if self.high is None else (self.high - self.low) / 2
-
-
-class Percentile(Frozen):
-    """One latency percentile. ``kind`` is "estimate" when the run had at least MLPerf's
-    early-stopping minimum of queries for it, else "bound": the value is what the queries
-    showed, but too few to claim it, and the true percentile may well be higher."""
-
-    percentile: float
-    value_ns: float
-    kind: Literal["estimate", "bound"]
-    min_queries: int
-    interval: Interval | None = None
-
-
-class Throughput(Frozen):
-    per_s: float
-    unit: Literal["samples/s"] = "samples/s"
-    interval: Interval
-
-
-class LatencyStatistics(Frozen):
-    count: int
-    samples_per_query: int
-    duration_ns: int
-    mean_ns: float
-    std_ns: float
-    cv: float
-    min_ns: float
-    max_ns: float
-    median: Percentile
-    headline: Percentile
-    percentiles: tuple[Percentile, ...]
-    throughput: Throughput
-
-    def percentile(self, p: float) -> Percentile:
-        for candidate in (self.headline, self.median, *self.percentiles):
-            if math.isclose(candidate.percentile, p):
-                return candidate
-        raise KeyError(f"p{p * 100:g} was not computed")
 
 
 def min_queries_for_percentile(p: float, confidence: float = EARLY_STOPPING_CONFIDENCE) -> int:

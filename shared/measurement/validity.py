@@ -11,14 +11,14 @@ a smaller shift is a warning). Any error makes the run INVALID. Warnings questio
 conditions (a CPU governor that scales frequency, other processes busy as the run started
 (a look back over the seconds before it, not a measurement of the window), a warm-up that never
 settled, high run-to-run variation, a harness that costs a noticeable part of each latency):
-the run stays VALID, and the reader decides.
+the run stays VALID, and the reader decides. The verdict and its reasons travel in results and
+are defined with them (shared.messages.verdicts); the rules are here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -28,61 +28,10 @@ from shared.measurement.results import ScenarioResult, TimedPhase, summarize_res
 from shared.measurement.scenarios import BatchSweep, Offline, ScenarioPlan, Server
 from shared.measurement.statistics import LatencyStatistics
 from shared.measurement.window import MachineWindow
+from shared.messages.verdicts import Reason, ReasonCode, Severity, Verdict
 from shared.values import Frozen
 
 __all__ = ["Reason", "ReasonCode", "Severity", "ValidityThresholds", "Verdict", "judge"]
-
-
-class ReasonCode(StrEnum):
-    TOO_FEW_QUERIES = "too_few_queries"
-    HEADLINE_IS_BOUND = "headline_is_bound"
-    DURATION_TOO_SHORT = "duration_too_short"
-    LATENCY_BOUND_MISSED = "latency_bound_missed"
-    LOAD_GENERATOR_LATE = "load_generator_late"
-    QUERIES_UNFINISHED = "queries_unfinished"
-    QUERY_STALLED = "query_stalled"
-    HIGH_RUN_TO_RUN_VARIATION = "high_run_to_run_variation"
-    CPU_GOVERNOR_NOT_PERFORMANCE = "cpu_governor_not_performance"
-    OTHER_HEAVY_PROCESSES = "other_heavy_processes"
-    WARMUP_NOT_STEADY = "warmup_not_steady"
-    HIGH_HARNESS_OVERHEAD = "high_harness_overhead"
-    OTHER_PROCESSES_USED_CPU = "other_processes_used_cpu"
-    CPU_STEAL = "cpu_steal"
-    CPU_THROTTLED = "cpu_throttled"
-    OTHER_GPU_PROCESSES = "other_gpu_processes"
-    NOISE_PROBE_SHIFTED = "noise_probe_shifted"
-    MEASURED_UNDER_CONTENTION = "measured_under_contention"
-
-
-class Severity(StrEnum):
-    ERROR = "error"
-    WARNING = "warning"
-
-
-class Reason(Frozen):
-    code: ReasonCode
-    severity: Severity
-    message: str
-    batch_size: int | None = Field(default=None, description="the sweep point it concerns")
-    measured: float | None = None
-    limit: float | None = None
-
-
-class Verdict(Frozen):
-    status: Literal["VALID", "INVALID"]
-    reasons: tuple[Reason, ...]
-
-    @property
-    def errors(self) -> tuple[Reason, ...]:
-        return tuple(r for r in self.reasons if r.severity is Severity.ERROR)
-
-    @property
-    def warnings(self) -> tuple[Reason, ...]:
-        return tuple(r for r in self.reasons if r.severity is Severity.WARNING)
-
-    @property
-    def codes(self) -> frozenset[ReasonCode]:
-        return frozenset(r.code for r in self.reasons)
 
 
 class ValidityThresholds(Frozen):

@@ -4,7 +4,8 @@ Caches, allocators, JIT compilers and CPU frequency settle at the start of a run
 trusting a fixed count, the queries run in windows; once the median of one window differs
 from the previous window's by less than the threshold (relative), the model is taken as
 steady. Medians, not means, so one preempted query cannot hold the warm-up open. The report
-says how it was decided, so a reader can judge it.
+says how it was decided, so a reader can judge it; it travels in the result, and is defined
+with it (``WarmupReport``, shared.messages.results).
 """
 
 from __future__ import annotations
@@ -14,24 +15,10 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from shared.measurement.scenarios import WarmupSettings
+from shared.messages.results import WarmupReport
 
 __all__ = ["WarmupReport", "warm_up"]
-
-
-class WarmupReport(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    latencies_ns: tuple[int, ...]
-    window_queries: int
-    window_medians_ns: tuple[float, ...]
-    threshold: float
-    steady: bool
-    decided_by: Literal["steady", "max_windows", "max_duration", "disabled"]
-    last_change: float | None = None
-    duration_ns: int
 
 
 def warm_up(timed_query: Callable[[], int], settings: WarmupSettings) -> WarmupReport:

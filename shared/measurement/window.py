@@ -5,7 +5,10 @@ A snapshot (``readings.snapshot``) holds counters: the busy and steal ticks of e
 process may run on (/proc/stat), this process's own CPU time (every thread of it), the
 energy counters (RAPL, NVML) and the throttle counts, plus a few gauges (load average, CPU
 frequency, the processes on the GPU). The window is the arithmetic between two of them
-(``window_between``), pure, so it is tested on synthetic readings:
+(``window_between``), pure, so it is tested on synthetic readings. What it makes, a
+``MachineWindow``, travels in results and is defined with them (shared.messages.machine).
+
+The arithmetic:
 
 - other processes' CPU time = the CPUs' busy time - ours, whoever the others are (other
   programs, other dlscope workers and their framework processes, the worker that started
@@ -23,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field
+from shared.messages.machine import MachineWindow
 
 __all__ = [
     "CpuTicks",
@@ -90,80 +93,6 @@ class Snapshot:
     gpu_processes: frozenset[int] | None = None  # other processes on the measured GPU
     own_gpu_memory_bytes: int | None = None  # what this process holds on it (NVML)
     not_exposed: Mapping[str, str] = field(default_factory=dict)  # figure -> why not
-
-
-class MachineWindow(BaseModel):
-    """What the machine did during one timed window (one timed phase)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    started_at_ns: int = Field(description="wall clock (ns since the epoch) as the loop began")
-    ended_at_ns: int = Field(description="wall clock as it ended")
-    duration_ns: int = Field(ge=0, description="perf_counter time between the snapshots")
-    cpus: int = Field(ge=1, description="logical CPUs this process may run on")
-    own_cpu_s: float = Field(description="CPU time of the measuring process, all its threads")
-    busy_cpu_s: float | None = Field(
-        default=None, description="busy time of those CPUs (/proc/stat), everyone's"
-    )
-    steal_s: float | None = Field(default=None, description="time stolen by the hypervisor")
-    resolution_s: float | None = Field(
-        default=None, description="uncertainty of busy_cpu_s: two ticks per CPU"
-    )
-    load_average: tuple[float, float, float] | None = Field(
-        default=None, description="1, 5 and 15 minutes, at the window's end"
-    )
-    frequency_mhz: tuple[float, float] | None = Field(
-        default=None, description="lowest and highest CPU clock seen at either end"
-    )
-    throttle_events: int | None = Field(
-        default=None, description="thermal throttling events during the window"
-    )
-    energy_j: float | None = None
-    energy_source: str | None = None
-    gpu_processes: tuple[int, ...] | None = Field(
-        default=None, description="other processes on the measured GPU, at either end"
-    )
-    device_memory_bytes: int | None = Field(
-        default=None,
-        ge=0,
-        description="device memory the measuring process held on the measured GPU (NVML), "
-        "the larger of the two ends: frameworks keep their allocator's pool, so in practice "
-        "the peak",
-    )
-    not_exposed: dict[str, str] = Field(
-        default_factory=dict, description="figures this machine does not give, and why"
-    )
-
-    @property
-    def duration_s(self) -> float:
-        return self.duration_ns / 1e9
-
-    @property
-    def other_cpu_s(self) -> float | None:
-        """Other processes' CPU time on these CPUs (never below zero: ticks are coarse)."""
-        if self.busy_cpu_s is None:
-            return None
-        return max(self.busy_cpu_s - self.own_cpu_s, 0.0)
-
-    @property
-    def other_cores(self) -> float | None:
-        """Other processes' CPU time per second of the window: cores they kept busy."""
-        other = self.other_cpu_s
-        if other is None or self.duration_ns <= 0:
-            return None
-        return other / self.duration_s
-
-    @property
-    def other_cores_resolution(self) -> float | None:
-        if self.resolution_s is None or self.duration_ns <= 0:
-            return None
-        return self.resolution_s / self.duration_s
-
-    @property
-    def steal_share(self) -> float | None:
-        if self.steal_s is None or self.duration_ns <= 0:
-            return None
-        return self.steal_s / (self.cpus * self.duration_s)
 
 
 # What a driver calls just before its timed loop; what that returns, just after it.

@@ -1,4 +1,10 @@
-"""Wire contracts: every message dlscope sends or accepts, and where it is routed."""
+"""Wire contracts: every message dlscope sends or accepts, and where it is routed.
+
+The types those messages carry are here too, whoever makes them: the typed scenario plans
+(``plans``), a run's raw result (``results``), its statistics (``statistics``), verdict
+(``verdicts``), cost (``costs``) and machine (``machine``). shared.measurement produces and
+judges them, and never the other way round: a message's shape is decided here alone.
+"""
 
 from shared.messages.agents import (
     UNAVAILABLE,
@@ -31,6 +37,7 @@ from shared.messages.attempts import (
     CheckAttempt,
     EvaluationLateMeasurement,
 )
+from shared.messages.costs import JobReadings, MachineReport, PeakMemory, RunCost
 from shared.messages.envelope import Envelope, Payload, decode, encode, payload_type
 from shared.messages.evaluation import (
     FRAMEWORKS,
@@ -76,6 +83,17 @@ from shared.messages.fingerprint import (
     OutputSample,
 )
 from shared.messages.lineage import experiment_models, exports_of
+from shared.messages.machine import MachineWindow, NoiseProbe
+from shared.messages.plans import (
+    AdaptiveStop,
+    BatchSweep,
+    MultiStream,
+    Offline,
+    ScenarioPlan,
+    Server,
+    SingleStream,
+    WarmupSettings,
+)
 from shared.messages.profiling import (
     EvaluationProfiled,
     LayerStat,
@@ -96,8 +114,18 @@ from shared.messages.registry import (
     UploadedFile,
     artifact_stream,
 )
+from shared.messages.results import (
+    HarnessOverhead,
+    LoadgenPhase,
+    LoadgenResult,
+    ScenarioResult,
+    StopReason,
+    TimedPhase,
+    WarmupReport,
+)
 from shared.messages.routing import Topology, job_key, rpc_key
 from shared.messages.scenario import DRIVERS, SCENARIOS
+from shared.messages.statistics import Interval, LatencyStatistics, Percentile, Throughput
 from shared.messages.tracing import (
     DEFAULT_TRACE_LEVEL,
     DEFAULT_TRACE_QUERIES,
@@ -106,6 +134,7 @@ from shared.messages.tracing import (
     ProfiledLevel,
     TraceLevel,
 )
+from shared.messages.verdicts import Reason, ReasonCode, Severity, Verdict
 
 __all__ = [
     "ATTEMPT_CALL",
@@ -122,6 +151,7 @@ __all__ = [
     "TRACE_LEVELS",
     "UNAVAILABLE",
     "AccuracyMeasurement",
+    "AdaptiveStop",
     "AgentHeartbeat",
     "AgentOffline",
     "AgentOnline",
@@ -130,6 +160,7 @@ __all__ = [
     "ArtifactRegistered",
     "AttemptStanding",
     "BatchPoint",
+    "BatchSweep",
     "CdfPoint",
     "CheckAttempt",
     "ComparedLatency",
@@ -161,37 +192,64 @@ __all__ = [
     "Framework",
     "FrameworkSelection",
     "Hardware",
+    "HarnessOverhead",
     "HistogramBin",
     "HistoryPoint",
     "HistoryReply",
     "HistoryRequest",
     "InputSetIdentity",
+    "Interval",
+    "JobReadings",
+    "LatencyStatistics",
     "LatencySummary",
     "LayerShare",
     "LayerStat",
     "LayerTiming",
     "LevelOutcome",
+    "LoadgenPhase",
+    "LoadgenResult",
+    "MachineReport",
+    "MachineWindow",
     "MemberResult",
     "ModelRef",
+    "MultiStream",
+    "NoiseProbe",
+    "Offline",
     "OutputFingerprint",
     "OutputSample",
     "PairParity",
     "ParityTolerance",
     "Payload",
+    "PeakMemory",
+    "Percentile",
     "PhaseFigures",
     "ProfiledLevel",
     "ProfiledPass",
+    "Reason",
+    "ReasonCode",
     "RegisterArtifact",
     "RegistrationResult",
     "ResolveArtifact",
     "ResolvedArtifact",
+    "RunCost",
     "RunEvaluation",
     "Scenario",
+    "ScenarioPlan",
+    "ScenarioResult",
     "SeriesPoint",
+    "Server",
+    "Severity",
+    "SingleStream",
+    "StopReason",
+    "Throughput",
+    "TimedPhase",
     "Topology",
     "TraceLevel",
     "UploadedFile",
+    "Verdict",
     "WarmupFigure",
+    "WarmupReport",
+    "WarmupSettings",
     "agent_stream",
     "artifact_stream",
     "attempt_key",

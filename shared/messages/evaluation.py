@@ -23,14 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from shared.errors import InvalidMessage
 from shared.inputs import BOUNDED, MAX_NAME, Name, Reason
 from shared.manifests import DatasetManifest, FrameworkName, Hardware, ModelManifest
-from shared.measurement import LatencyStatistics, ScenarioResult, Verdict
-from shared.measurement.cost import JobReadings, MachineReport
-from shared.measurement.loadgen import LoadgenResult
+from shared.messages.costs import JobReadings, MachineReport
 from shared.messages.envelope import Envelope, Payload
 from shared.messages.fingerprint import OutputFingerprint
 from shared.messages.profiling import LayerTiming, LevelOutcome
+from shared.messages.results import LoadgenResult, ScenarioResult
 from shared.messages.scenario import Scenario
+from shared.messages.statistics import LatencyStatistics
 from shared.messages.tracing import DEFAULT_TRACE_LEVEL, DEFAULT_TRACE_QUERIES, TraceLevel
+from shared.messages.verdicts import Verdict
 
 __all__ = [
     "FRAMEWORKS",

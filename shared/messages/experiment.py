@@ -26,10 +26,10 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from shared.inputs import BOUNDED, MAX_NAME, Reason
 from shared.manifests import parse_constraint
-from shared.measurement import Verdict
-from shared.measurement.cost import RunCost
+from shared.messages.costs import RunCost
 from shared.messages.envelope import Payload
 from shared.messages.evaluation import AccuracyMeasurement, Framework, Hardware, Scenario
+from shared.messages.verdicts import Verdict
 
 __all__ = [
     "MAX_MEMBERS",

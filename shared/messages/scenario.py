@@ -3,7 +3,7 @@
 One flat set of fields, the same in the HTTP body, the AMQP message and on the CLI
 (``--scenario server --qps 200`` is ``{"name": "server", "target_qps": 200}``), as MLPerf
 LoadGen's TestSettings are one flat struct. Its own fields carry every bound the drivers'
-typed scenarios (shared.measurement) hold, so validating a request refuses an impossible
+typed scenarios (shared.messages.plans) hold, so validating a request refuses an impossible
 scenario (a server at 0 QPS, a latency bound of 0) before any work, and ``measurement()``, an
 explicit call made once by whoever runs or checks the plan, turns it into the typed scenario.
 """
@@ -14,8 +14,8 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, Field, StrictInt, model_validator
 
-from shared import measurement
 from shared.inputs import BOUNDED
+from shared.messages import plans
 
 __all__ = ["DRIVERS", "SCENARIOS", "Driver", "Scenario", "ScenarioName"]
 
@@ -23,7 +23,7 @@ ScenarioName = Literal["single-stream", "multi-stream", "server", "offline", "ba
 Driver = Literal["native", "loadgen"]
 SCENARIOS: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offline", "batch-sweep")
 DRIVERS: tuple[str, ...] = ("native", "loadgen")
-# A server's highest arrival rate (shared.measurement.Server's bound).
+# A server's highest arrival rate (plans.Server's bound).
 _MAX_QPS = 10_000_000
 
 
@@ -164,12 +164,12 @@ class Scenario(BaseModel):
             return self.batch_sizes[0]
         return 1 if self.name == "server" else self.batch_size
 
-    def measurement(self) -> measurement.ScenarioPlan:
+    def measurement(self) -> plans.ScenarioPlan:
         """The typed scenario the drivers run."""
         warmup = (
-            measurement.WarmupSettings(max_windows=0)
+            plans.WarmupSettings(max_windows=0)
             if self.warmup == 0
-            else measurement.WarmupSettings(window_queries=self.warmup)
+            else plans.WarmupSettings(window_queries=self.warmup)
         )
         timed = {
             "seed": self.seed,
@@ -180,34 +180,32 @@ class Scenario(BaseModel):
         adaptive = (
             None
             if self.adaptive_half_width is None
-            else measurement.AdaptiveStop(relative_half_width=self.adaptive_half_width)
+            else plans.AdaptiveStop(relative_half_width=self.adaptive_half_width)
         )
         if self.name == "single-stream" and self.batch_size == 1:
-            return measurement.SingleStream(
-                min_query_count=self.iterations, adaptive=adaptive, **timed
-            )
+            return plans.SingleStream(min_query_count=self.iterations, adaptive=adaptive, **timed)
         if self.name == "single-stream":
-            return measurement.BatchSweep(
+            return plans.BatchSweep(
                 batch_sizes=(self.batch_size,), min_query_count=self.iterations, **timed
             )
         if self.name == "multi-stream":
-            return measurement.MultiStream(
+            return plans.MultiStream(
                 samples_per_query=self.samples_per_query,
                 min_query_count=self.iterations,
                 adaptive=adaptive,
                 **timed,
             )
         if self.name == "server":
-            return measurement.Server(
+            return plans.Server(
                 target_qps=self.target_qps,
                 latency_bound_ms=self.latency_bound_ms,
                 min_query_count=self.iterations,
                 **timed,
             )
         if self.name == "offline":
-            return measurement.Offline(
+            return plans.Offline(
                 batch_size=self.batch_size, min_sample_count=self.iterations, **timed
             )
-        return measurement.BatchSweep(
+        return plans.BatchSweep(
             batch_sizes=self.batch_sizes, min_query_count=self.iterations, **timed
         )
