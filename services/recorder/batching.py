@@ -9,26 +9,34 @@ lets one recorder keep up with thousands of events a second.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Protocol
 
-from shared.messages import Envelope
+from shared.messages import Envelope, Payload
 
 __all__ = ["BatchWriter"]
 
-Write = Callable[[Sequence[Envelope]], Awaitable[list[bool]]]
+
+class Write(Protocol):
+    """``EventStore.append``: envelopes and their checked payloads, stored flags back."""
+
+    def __call__(
+        self, envelopes: Sequence[Envelope], *, checked: Sequence[Payload] | None = None
+    ) -> Awaitable[list[bool]]: ...
 
 
 class BatchWriter:
     def __init__(self, write: Write, *, max_batch: int = 500) -> None:
         self._write = write
         self._max_batch = max_batch
-        self._pending: list[tuple[Envelope, asyncio.Future[bool]]] = []
+        self._pending: list[tuple[Envelope, Payload, asyncio.Future[bool]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def submit(self, envelope: Envelope) -> bool:
-        """Store ``envelope``; True if it was new, False if it was already stored."""
+    async def submit(self, envelope: Envelope, payload: Payload) -> bool:
+        """Store ``envelope``, whose payload read is ``payload``; True if it was new, False if
+        it was already stored."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((envelope, future))
+        self._pending.append((envelope, payload, future))
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())
         return await future
@@ -46,17 +54,20 @@ class BatchWriter:
                 batch = self._pending[: self._max_batch]
                 del self._pending[: self._max_batch]
                 try:
-                    stored = await self._write([envelope for envelope, _ in batch])
+                    stored = await self._write(
+                        [envelope for envelope, _, _ in batch],
+                        checked=[payload for _, payload, _ in batch],
+                    )
                 except Exception as exc:
                     # Fail what is waiting too: writing later events before the failed ones
                     # are retried would put a stream out of order.
                     batch.extend(self._pending)
                     self._pending.clear()
-                    for _, future in batch:
+                    for _, _, future in batch:
                         if not future.done():
                             future.set_exception(exc)
                     return
-                for (_, future), new in zip(batch, stored, strict=True):
+                for (_, _, future), new in zip(batch, stored, strict=True):
                     if not future.done():
                         future.set_result(new)
         finally:

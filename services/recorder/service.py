@@ -83,5 +83,5 @@ class RecorderService:
         client publishing straight to RabbitMQ must not store more than it admits."""
         assert self._writer is not None, "started before consuming"
         envelope = envelope.model_copy(update={"payload": event.model_dump(mode="json")})
-        if not await self._writer.submit(envelope):
+        if not await self._writer.submit(envelope, event):
             log.debug("event %s was already stored; skipping the duplicate", envelope.event_id)

@@ -12,12 +12,10 @@ its outcome) and a late event fills what is missing.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
 
-from shared.eventstore.payloads import StoredPayload, text, uuid_of
-from shared.eventstore.rooted import Changes, advance, evolve_rooted
+from shared.eventstore.payloads import read_as, types_of
+from shared.eventstore.rooted import Changes, Handlers, advance, evolve_rooted
 from shared.eventstore.views import ExperimentStatus, ExperimentView, StoredEvent
 from shared.messages import (
     ExperimentCompared,
@@ -29,32 +27,35 @@ from shared.messages import (
 __all__ = ["EXPERIMENT_ROOT", "evolve_experiment", "experiment_key"]
 
 # The event that makes an experiment exist; no other creates its row.
-EXPERIMENT_ROOT = ExperimentRequested.TYPE
+EXPERIMENT_ROOT = ExperimentRequested
 
 # The two outcomes rank alike: whichever comes first is final.
 _RANK: dict[ExperimentStatus, int] = {"requested": 0, "scheduled": 1, "failed": 2, "compared": 2}
 _OUTCOMES: frozenset[ExperimentStatus] = frozenset({"failed", "compared"})
 
 
+ExperimentEvent = ExperimentRequested | ExperimentScheduled | ExperimentCompared | ExperimentFailed
+
+
 def experiment_key(event: StoredEvent) -> uuid.UUID | None:
     """The experiment an event is about, or None if it changes no experiment."""
-    if event.type not in _HANDLERS:
-        return None
-    return uuid_of(event.payload.get("experiment_id"))
+    payload = read_as(event, _EVENTS)
+    return None if payload is None else payload.experiment_id
 
 
 def evolve_experiment(current: ExperimentView | None, event: StoredEvent) -> ExperimentView | None:
     """The experiment after ``event`` (``current`` is None for one not seen before); None
     while it has not been requested."""
-    key = experiment_key(event)
-    if key is None:
+    payload = read_as(event, _EVENTS)
+    if payload is None:
         raise ValueError(f"event {event.event_id} ({event.type}) is about no experiment")
     return evolve_rooted(
         current,
         event,
+        payload,
         root=EXPERIMENT_ROOT,
         handlers=_HANDLERS,
-        new=partial(_new_experiment, key, event),
+        new=partial(_new_experiment, payload.experiment_id, event),
     )
 
 
@@ -79,52 +80,42 @@ def _advance(row: ExperimentView, status: ExperimentStatus) -> ExperimentStatus:
     return advance(row.status, status, _RANK, _OUTCOMES)
 
 
-def _requested(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
-    models = p.get("models")
-    first = models[0] if isinstance(models, list) and models else None
+def _requested(row: ExperimentView, event: StoredEvent, p: ExperimentRequested) -> Changes:
     return dict(
-        request=dict(p),
+        request=dict(event.payload),
         requested_at=event.occurred_at,
         trace_id=event.trace_id,
-        model=text(first, "model") if isinstance(first, Mapping) else None,
+        model=p.models[0].model if p.models else None,
         status=_advance(row, "requested"),
     )
 
 
-def _scheduled(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
+def _scheduled(row: ExperimentView, event: StoredEvent, p: ExperimentScheduled) -> Changes:
     return dict(
-        members=_records(p.get("members")),
-        skipped=_records(p.get("skipped")),
+        members=[member.model_dump(mode="json") for member in p.members],
+        skipped=[gap.model_dump(mode="json") for gap in p.skipped],
         status=_advance(row, "scheduled"),
     )
 
 
-def _compared(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
+def _compared(row: ExperimentView, event: StoredEvent, p: ExperimentCompared) -> Changes:
     if row.status in _OUTCOMES:
         return {}  # the first outcome stands; this one stays in the log
-    comparison = p.get("comparison")
-    return dict(
-        comparison=dict(comparison) if isinstance(comparison, Mapping) else None,
-        status="compared",
-    )
+    return dict(comparison=p.comparison.model_dump(mode="json"), status="compared")
 
 
-def _failed(row: ExperimentView, event: StoredEvent, p: StoredPayload) -> Changes:
+def _failed(row: ExperimentView, event: StoredEvent, p: ExperimentFailed) -> Changes:
     if row.status in _OUTCOMES:
         return {}
-    return dict(error=text(p, "reason") or "", status="failed")
+    return dict(error=p.reason, status="failed")
 
 
-def _records(value: object) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        return []
-    return [dict(item) for item in value if isinstance(item, Mapping)]
-
-
-_Handler = Callable[[ExperimentView, StoredEvent, StoredPayload], Changes]
-_HANDLERS: dict[str, _Handler] = {
-    ExperimentRequested.TYPE: _requested,
-    ExperimentScheduled.TYPE: _scheduled,
-    ExperimentCompared.TYPE: _compared,
-    ExperimentFailed.TYPE: _failed,
+_HANDLERS: Handlers[ExperimentView] = {
+    ExperimentRequested: _requested,
+    ExperimentScheduled: _scheduled,
+    ExperimentCompared: _compared,
+    ExperimentFailed: _failed,
 }
+_EVENTS: dict[str, type[ExperimentEvent]] = types_of(
+    ExperimentRequested, ExperimentScheduled, ExperimentCompared, ExperimentFailed
+)

@@ -1,38 +1,31 @@
-"""Reading event payloads leniently, for the projections.
+"""Reading stored events as their payload classes, for the projections.
 
-A field that is absent or of the wrong type reads as unknown (None) rather than failing the
-append that carries it: the log is the truth, and the read models make the best of it.
+A projection handles a few payload classes; an event of another type, or one that today's
+contract refuses (``StoredEvent.read``), is about no row it keeps.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TypeVar
 
-__all__ = ["StoredPayload", "number", "text", "uuid_of"]
+from shared.eventstore.views import StoredEvent
+from shared.messages import Payload
 
-# A payload as the store keeps it, read leniently here; the typed payloads of the wire are
-# ``shared.messages.Payload``'s subclasses.
-StoredPayload = Mapping[str, Any]
+__all__ = ["read_as", "types_of"]
 
-
-def text(payload: StoredPayload, name: str) -> str | None:
-    value = payload.get(name)
-    return value if isinstance(value, str) and value else None
+P = TypeVar("P", bound=Payload)
 
 
-def number(payload: StoredPayload, name: str) -> float | None:
-    value = payload.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+def types_of(*classes: type[P]) -> dict[str, type[P]]:
+    """The payload classes by the type name their events carry."""
+    return {cls.TYPE: cls for cls in classes}
+
+
+def read_as(event: StoredEvent, classes: Mapping[str, type[P]]) -> P | None:
+    """``event``'s payload, if its type names one of ``classes`` and its contract admits it."""
+    cls = classes.get(event.type)
+    if cls is None:
         return None
-    return float(value)
-
-
-def uuid_of(value: object) -> uuid.UUID | None:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value)) if value is not None else None
-    except ValueError:
-        return None
+    payload = event.read()
+    return payload if isinstance(payload, cls) else None

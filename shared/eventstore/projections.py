@@ -17,13 +17,16 @@ log position, for its status, its result and its error alike. A second outcome (
 frozen past its failure that woke and finished, a job delivered again) stays in the log and
 changes nothing, so a completed evaluation never shows an error nor a failed one a result.
 
+Each handler takes its event's payload as its own payload class (``StoredEvent.read``, which
+the recorder's append hands over already validated); an event its contract refuses today
+changes no row (``dlscope db check`` lists it).
+
 Events arrive out of order (the analyzer's completion can overtake the worker's start), so:
 an evaluation's status only moves forward (requested < scheduled < running < its outcome),
 and once it has an outcome no start or measurement moves it back; an evaluation's agent,
 host and environment are those of its highest attempt, whatever order the attempts' events
 come in; an agent's status follows the newest event by ``occurred_at``; and a late event
-still fills details that are missing. Payloads are read leniently: a field that is absent or
-of the wrong type is treated as unknown rather than failing the append that carries it.
+still fills details that are missing.
 
 ``project`` applies a batch of just-stored events inside the append's (or rebuild's)
 transaction, in position order (the order a rebuild replays them in): one read of the rows
@@ -33,7 +36,7 @@ concerned, the fold in memory, one upsert per table.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import fields, replace
 from datetime import datetime
 from functools import partial
@@ -44,8 +47,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.eventstore import schema
 from shared.eventstore.experiments import EXPERIMENT_ROOT, evolve_experiment, experiment_key
-from shared.eventstore.payloads import StoredPayload, number, text, uuid_of
-from shared.eventstore.rooted import Changes, advance, evolve_rooted
+from shared.eventstore.payloads import read_as, types_of
+from shared.eventstore.rooted import Changes, Handlers, advance, evolve_rooted
 from shared.eventstore.sql import one_of, upsert
 from shared.eventstore.views import (
     AgentView,
@@ -55,6 +58,7 @@ from shared.eventstore.views import (
     ExperimentView,
     StoredEvent,
 )
+from shared.manifests import ModelManifest
 from shared.messages import (
     AgentHeartbeat,
     AgentOffline,
@@ -67,6 +71,7 @@ from shared.messages import (
     EvaluationRequested,
     EvaluationScheduled,
     EvaluationStarted,
+    Payload,
 )
 
 __all__ = [
@@ -83,7 +88,7 @@ __all__ = [
 ]
 
 # The event that makes an evaluation exist; no other creates its row.
-EVALUATION_ROOT = EvaluationRequested.TYPE
+EVALUATION_ROOT = EvaluationRequested
 
 # Forward-only order of statuses: an event may raise the status, never lower it. The two
 # outcomes rank alike: whichever comes first is final (``_OUTCOMES``).
@@ -97,28 +102,37 @@ _RANK: dict[EvaluationStatus, int] = {
 _OUTCOMES: frozenset[EvaluationStatus] = frozenset({"completed", "failed"})
 
 
-# --- evaluations ----------------------------------------------------------------------------
+# --- evaluations ---------------------------------------------------------------------------
+
+EvaluationEvent = (
+    EvaluationRequested
+    | EvaluationScheduled
+    | EvaluationStarted
+    | EvaluationMeasured
+    | EvaluationCompleted
+    | EvaluationFailed
+)
 
 
 def evaluation_key(event: StoredEvent) -> uuid.UUID | None:
     """The evaluation an event is about, or None if it changes no evaluation."""
-    if event.type not in _EVALUATION_HANDLERS:
-        return None
-    return uuid_of(event.payload.get("evaluation_id"))
+    payload = read_as(event, _EVALUATION_EVENTS)
+    return None if payload is None else payload.evaluation_id
 
 
 def evolve_evaluation(current: EvaluationView | None, event: StoredEvent) -> EvaluationView | None:
     """The evaluation after ``event`` (``current`` is None for one not seen before); None
     while it has not been requested (``fold`` tells how a request that comes late is folded)."""
-    key = evaluation_key(event)
-    if key is None:
+    payload = read_as(event, _EVALUATION_EVENTS)
+    if payload is None:
         raise ValueError(f"event {event.event_id} ({event.type}) is about no evaluation")
     return evolve_rooted(
         current,
         event,
+        payload,
         root=EVALUATION_ROOT,
         handlers=_EVALUATION_HANDLERS,
-        new=partial(_new_evaluation, key, event),
+        new=partial(_new_evaluation, payload.evaluation_id, event),
     )
 
 
@@ -153,122 +167,115 @@ def _advance(row: EvaluationView, status: EvaluationStatus) -> EvaluationStatus:
     return advance(row.status, status, _RANK, _OUTCOMES)
 
 
-def _requested(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
+def _requested(row: EvaluationView, event: StoredEvent, p: EvaluationRequested) -> Changes:
     # The request is the root of the evaluation: it owns the request time and the trace. Its
     # other fields only fill gaps, so a resolved version that overtook it is kept.
     return dict(
-        request=dict(p),
+        request=dict(event.payload),
         requested_at=event.occurred_at,
         trace_id=event.trace_id,
-        model=row.model or text(p, "model"),
-        model_version=row.model_version or text(p, "model_version"),
-        framework=row.framework or text(p, "framework"),
-        hardware=row.hardware or text(p, "hardware"),
-        agent_id=row.agent_id or text(p, "agent_id"),
+        model=row.model or p.model,
+        model_version=row.model_version or p.model_version or None,
+        framework=row.framework or p.framework,
+        hardware=row.hardware or p.hardware,
+        agent_id=row.agent_id or p.agent_id,
         status=_advance(row, "requested"),
     )
 
 
-def _scheduled(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
+def _scheduled(row: EvaluationView, event: StoredEvent, p: EvaluationScheduled) -> Changes:
     return dict(
-        model=text(p, "model") or row.model,
-        model_version=text(p, "model_version") or row.model_version,
-        framework=text(p, "framework") or row.framework,
-        hardware=text(p, "hardware") or row.hardware,
+        model=p.model or row.model,
+        model_version=p.model_version or row.model_version,
+        framework=p.framework,
+        hardware=p.hardware,
         # The pinned agent, if any; the agent that actually started the job (if its event
         # came first) is the better answer and is kept.
-        agent_id=row.agent_id or text(p, "agent_id"),
+        agent_id=row.agent_id or p.agent_id,
         status=_advance(row, "scheduled"),
     )
 
 
-def _started(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
-    attempt = _attempt(p)
-    changes: Changes = dict(attempts=max(row.attempts, attempt), status=_advance(row, "running"))
+def _started(row: EvaluationView, event: StoredEvent, p: EvaluationStarted) -> Changes:
+    changes: Changes = dict(attempts=max(row.attempts, p.attempt), status=_advance(row, "running"))
     # An attempt's start describes the evaluation unless a later attempt is already known
     # (its start, or its measurement, overtook this one).
-    if attempt >= row.attempts:
-        environment = p.get("environment")
+    if p.attempt >= row.attempts:
         changes.update(
-            agent_id=text(p, "agent_id") or row.agent_id,
-            host=text(p, "host"),
-            environment=dict(environment) if isinstance(environment, Mapping) else None,
+            agent_id=p.agent_id or row.agent_id,
+            host=p.host or None,
+            environment=dict(p.environment),
         )
     return changes
 
 
-def _measured(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
-    attempt = _attempt(p)
-    if attempt > row.attempts:
+def _measured(row: EvaluationView, event: StoredEvent, p: EvaluationMeasured) -> Changes:
+    if p.attempt > row.attempts:
         # A later attempt than any start seen: its agent, whose host its start will tell.
         return dict(
-            attempts=attempt,
-            agent_id=text(p, "agent_id") or row.agent_id,
+            attempts=p.attempt,
+            agent_id=p.agent_id or row.agent_id,
             host=None,
             environment=None,
             status=_advance(row, "running"),
         )
     return dict(
-        agent_id=row.agent_id or text(p, "agent_id"),
+        agent_id=row.agent_id or p.agent_id,
         status=_advance(row, "running"),
     )
 
 
-def _attempt(p: StoredPayload) -> int:
-    # Messages from before attempts were counted are the first attempt.
-    value = number(p, "attempt")
-    return int(value) if value is not None and value >= 1 else 1
-
-
-def _completed(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
+def _completed(row: EvaluationView, event: StoredEvent, p: EvaluationCompleted) -> Changes:
     if row.status in _OUTCOMES:
         # The first outcome stands: what the user and the experiment saw does not change.
         return {}
-    result = p.get("result")
-    return dict(
-        result=dict(result) if isinstance(result, Mapping) else None,
-        status="completed",
-    )
+    return dict(result=p.result.model_dump(mode="json"), status="completed")
 
 
-def _failed(row: EvaluationView, event: StoredEvent, p: StoredPayload) -> Changes:
+def _failed(row: EvaluationView, event: StoredEvent, p: EvaluationFailed) -> Changes:
     if row.status in _OUTCOMES:
         # A failure after the outcome (a timeout after a crash, a completed evaluation's
         # echo) is kept in the log, not shown.
         return {}
-    stage = text(p, "stage") or "unknown"
-    reason = text(p, "reason") or ""
-    return dict(error=f"{stage}: {reason}", status="failed")
+    return dict(error=f"{p.stage}: {p.reason}", status="failed")
 
 
-_EvaluationHandler = Callable[[EvaluationView, StoredEvent, StoredPayload], Changes]
-_EVALUATION_HANDLERS: dict[str, _EvaluationHandler] = {
-    EvaluationRequested.TYPE: _requested,
-    EvaluationScheduled.TYPE: _scheduled,
-    EvaluationStarted.TYPE: _started,
-    EvaluationMeasured.TYPE: _measured,
-    EvaluationCompleted.TYPE: _completed,
-    EvaluationFailed.TYPE: _failed,
+_EVALUATION_HANDLERS: Handlers[EvaluationView] = {
+    EvaluationRequested: _requested,
+    EvaluationScheduled: _scheduled,
+    EvaluationStarted: _started,
+    EvaluationMeasured: _measured,
+    EvaluationCompleted: _completed,
+    EvaluationFailed: _failed,
 }
+_EVALUATION_EVENTS: dict[str, type[EvaluationEvent]] = types_of(
+    EvaluationRequested,
+    EvaluationScheduled,
+    EvaluationStarted,
+    EvaluationMeasured,
+    EvaluationCompleted,
+    EvaluationFailed,
+)
 
 
 # --- agents ---------------------------------------------------------------------------------
 
+AgentEvent = AgentOnline | AgentHeartbeat | AgentOffline
+
 
 def agent_key(event: StoredEvent) -> str | None:
     """The agent an event is about, or None if it changes no agent."""
-    if event.type not in _AGENT_HANDLERS:
-        return None
-    return text(event.payload, "agent_id")
+    payload = read_as(event, _AGENT_EVENTS)
+    return None if payload is None else payload.agent_id
 
 
 def evolve_agent(current: AgentView | None, event: StoredEvent) -> AgentView:
     """The agent after ``event`` (``current`` is None for one not seen before)."""
-    key = agent_key(event)
-    if key is None:
+    payload = read_as(event, _AGENT_EVENTS)
+    if payload is None:
         raise ValueError(f"event {event.event_id} ({event.type}) is about no agent")
     row = current or AgentView(
-        agent_id=key,
+        agent_id=payload.agent_id,
         host=None,
         framework=None,
         framework_version=None,
@@ -283,7 +290,12 @@ def evolve_agent(current: AgentView | None, event: StoredEvent) -> AgentView:
     )
     # Older than what the row already reflects: may fill details, must not change status.
     late = event.occurred_at < row.updated_at
-    changes = _AGENT_HANDLERS[event.type](row, event, event.payload, late)
+    if isinstance(payload, AgentOnline):
+        changes = _online(row, event, payload, late)
+    elif isinstance(payload, AgentHeartbeat):
+        changes = _heartbeat(row, event, payload, late)
+    else:
+        changes = _offline(row, late)
     return replace(
         row,
         **changes,
@@ -296,15 +308,14 @@ def _seen(row: AgentView, event: StoredEvent) -> datetime:
     return event.occurred_at if row.last_seen is None else max(row.last_seen, event.occurred_at)
 
 
-def _online(row: AgentView, event: StoredEvent, p: StoredPayload, late: bool) -> Changes:
-    capabilities = p.get("capabilities")
-    announced = {
-        "host": text(p, "host"),
-        "framework": text(p, "framework"),
-        "framework_version": text(p, "framework_version"),
-        "hardware": text(p, "hardware"),
-        "capabilities": dict(capabilities) if isinstance(capabilities, Mapping) else None,
-        "heartbeat_interval_s": number(p, "heartbeat_interval_s"),
+def _online(row: AgentView, event: StoredEvent, p: AgentOnline, late: bool) -> Changes:
+    announced: Changes = {
+        "host": p.host or None,
+        "framework": p.framework,
+        "framework_version": p.framework_version or None,
+        "hardware": p.hardware,
+        "capabilities": dict(p.capabilities),
+        "heartbeat_interval_s": p.heartbeat_interval_s,
     }
     if late:
         # Keep what newer events said; take from the announcement only what is unknown.
@@ -316,87 +327,63 @@ def _online(row: AgentView, event: StoredEvent, p: StoredPayload, late: bool) ->
     return {**said, "status": "online", "last_seen": _seen(row, event)}
 
 
-def _heartbeat(row: AgentView, event: StoredEvent, p: StoredPayload, late: bool) -> Changes:
+def _heartbeat(row: AgentView, event: StoredEvent, p: AgentHeartbeat, late: bool) -> Changes:
     # Heartbeats repeat who the agent is: that fills what a missed announcement left unknown.
+    repeated = {
+        "host": p.host,
+        "framework": p.framework,
+        "framework_version": p.framework_version,
+        "hardware": p.hardware,
+    }
     identity = {
         name: value
-        for name in ("host", "framework", "framework_version", "hardware")
-        if getattr(row, name) is None and (value := text(p, name)) is not None
+        for name, value in repeated.items()
+        if getattr(row, name) is None and value  # an empty name says nothing
     }
     if late:
         return {**identity, "last_seen": _seen(row, event)}
-    busy = p.get("busy")
-    return {
-        **identity,
-        "status": "online",
-        "busy": busy if isinstance(busy, bool) else row.busy,
-        "last_seen": _seen(row, event),
-    }
+    return {**identity, "status": "online", "busy": p.busy, "last_seen": _seen(row, event)}
 
 
-def _offline(row: AgentView, event: StoredEvent, p: StoredPayload, late: bool) -> Changes:
+def _offline(row: AgentView, late: bool) -> Changes:
     # Not a sign of life (it may come from the scheduler noticing missed heartbeats), so
     # last_seen stays; a late one changes nothing.
     return {} if late else {"status": "offline", "busy": False}
 
 
-_AgentHandler = Callable[[AgentView, StoredEvent, StoredPayload, bool], Changes]
-_AGENT_HANDLERS: dict[str, _AgentHandler] = {
-    AgentOnline.TYPE: _online,
-    AgentHeartbeat.TYPE: _heartbeat,
-    AgentOffline.TYPE: _offline,
-}
+_AGENT_EVENTS: dict[str, type[AgentEvent]] = types_of(AgentOnline, AgentHeartbeat, AgentOffline)
 
 
 # --- artifacts ------------------------------------------------------------------------------
 
-_ARTIFACT_EVENTS = (ArtifactRegistered.TYPE, ArtifactDeprecated.TYPE)
+_ARTIFACT_EVENTS: dict[str, type[ArtifactRegistered | ArtifactDeprecated]] = types_of(
+    ArtifactRegistered, ArtifactDeprecated
+)
 
 
 def artifact_key(event: StoredEvent) -> str | None:
     """``<kind>:<name>@<version>`` of the artifact an event is about, or None."""
-    if event.type not in _ARTIFACT_EVENTS:
-        return None
-    kind, name, version = (text(event.payload, k) for k in ("kind", "name", "version"))
-    if kind is None or name is None or version is None:
-        return None
-    return f"{kind}:{name}@{version}"
+    payload = read_as(event, _ARTIFACT_EVENTS)
+    return None if payload is None else _ref(payload)
+
+
+def _ref(payload: ArtifactRegistered | ArtifactDeprecated) -> str:
+    return f"{payload.kind}:{payload.name}@{payload.version}"
 
 
 def evolve_artifact(current: ArtifactView | None, event: StoredEvent) -> ArtifactView:
     """The artifact after ``event``. Versions are immutable: a second registration (the
     registry refuses those, but the log is the judge) changes nothing."""
-    key = artifact_key(event)
-    if key is None:
+    payload = read_as(event, _ARTIFACT_EVENTS)
+    if payload is None:
         raise ValueError(f"event {event.event_id} ({event.type}) is about no artifact")
-    p = event.payload
-    if event.type == ArtifactRegistered.TYPE:
-        if current is not None and current.digest:
-            return current
-        manifest = p.get("manifest")
-        body = dict(manifest) if isinstance(manifest, Mapping) else {}
-        framework = body.get("framework")
-        return ArtifactView(
-            ref=key,
-            kind=text(p, "kind") or "",
-            name=text(p, "name") or "",
-            version=text(p, "version") or "",
-            digest=text(p, "digest") or "",
-            manifest=body,
-            framework=text(framework, "name") if isinstance(framework, Mapping) else None,
-            task=text(body, "task"),
-            # A deprecation that overtook its registration still holds.
-            deprecated=current.deprecated if current else False,
-            deprecation_reason=current.deprecation_reason if current else None,
-            registered_at=event.occurred_at,
-            updated_at=max(event.occurred_at, current.updated_at) if current else event.occurred_at,
-            last_position=event.position,
-        )
+    if isinstance(payload, ArtifactRegistered):
+        return _registered(current, event, payload)
     row = current or ArtifactView(
-        ref=key,
-        kind=text(p, "kind") or "",
-        name=text(p, "name") or "",
-        version=text(p, "version") or "",
+        ref=_ref(payload),
+        kind=payload.kind,
+        name=payload.name,
+        version=payload.version,
         digest="",
         manifest={},
         framework=None,
@@ -410,8 +397,33 @@ def evolve_artifact(current: ArtifactView | None, event: StoredEvent) -> Artifac
     return replace(
         row,
         deprecated=True,
-        deprecation_reason=row.deprecation_reason or text(p, "reason"),
+        deprecation_reason=row.deprecation_reason or payload.reason or None,
         updated_at=max(row.updated_at, event.occurred_at),
+        last_position=event.position,
+    )
+
+
+def _registered(
+    current: ArtifactView | None, event: StoredEvent, p: ArtifactRegistered
+) -> ArtifactView:
+    if current is not None and current.digest:
+        return current
+    manifest = p.manifest
+    model = manifest if isinstance(manifest, ModelManifest) else None
+    return ArtifactView(
+        ref=_ref(p),
+        kind=p.kind,
+        name=p.name,
+        version=p.version,
+        digest=p.digest,
+        manifest=manifest.model_dump(mode="json"),
+        framework=None if model is None else model.framework.name,
+        task=None if model is None else model.task,
+        # A deprecation that overtook its registration still holds.
+        deprecated=current.deprecated if current else False,
+        deprecation_reason=current.deprecation_reason if current else None,
+        registered_at=event.occurred_at,
+        updated_at=max(event.occurred_at, current.updated_at) if current else event.occurred_at,
         last_position=event.position,
     )
 
@@ -426,7 +438,7 @@ Evolve = Callable[[V | None, StoredEvent], V | None]
 def fold(
     events: Iterable[StoredEvent],
     evolve: Evolve[V],
-    root: str,
+    root: type[Payload],
     key_of: Callable[[StoredEvent], object | None],
 ) -> V | None:
     """The row one stream's ``events`` (in any order; those ``key_of`` finds about no row are
@@ -437,7 +449,7 @@ def fold(
     ordered = sorted(
         (event for event in events if key_of(event) is not None), key=lambda event: event.position
     )
-    first = next((event for event in ordered if event.type == root), None)
+    first = next((event for event in ordered if event.type == root.TYPE), None)
     if first is None:
         return None
     row = evolve(None, first)
@@ -482,7 +494,7 @@ async def _project_table(
     key_of: Callable[[StoredEvent], K | None],
     evolve: Evolve[V],
     *,
-    root: str | None = None,
+    root: type[Payload] | None = None,
 ) -> None:
     keyed = [(key, event) for event in ordered if (key := key_of(event)) is not None]
     if not keyed:
@@ -498,7 +510,7 @@ async def _project_table(
     changed: dict[K, V] = {}
     for key, event in keyed:
         current = rows.get(key)
-        if current is None and root is not None and event.type == root:
+        if current is None and root is not None and event.type == root.TYPE:
             # The request came after other events of its stream (stored, but making no row):
             # fold them in after it, as ``fold`` does on any replay.
             earlier: list[StoredEvent] = await _stored_before(connection, event)

@@ -1,5 +1,5 @@
 """What the evaluations and experiments projections share: a row that only its root event
-(the request) creates, changed by one handler per event type, whose status only moves
+(the request) creates, changed by one handler per payload class, whose status only moves
 forward and whose first outcome is final."""
 
 from __future__ import annotations
@@ -8,33 +8,36 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from shared.eventstore.payloads import StoredPayload
 from shared.eventstore.views import EvaluationView, ExperimentView, StoredEvent
+from shared.messages import Payload
 
-__all__ = ["Changes", "advance", "evolve_rooted"]
+__all__ = ["Changes", "Handlers", "advance", "evolve_rooted"]
 
 # The fields an event changes in a row (a keyword argument set for dataclasses.replace).
 Changes = dict[str, Any]
 R = TypeVar("R", EvaluationView, ExperimentView)
 S = TypeVar("S", bound=str)
+# Each handler takes the row, the event and its payload as the handler's own payload class.
+Handlers = Mapping[type[Payload], Callable[[R, StoredEvent, Any], Changes]]
 
 
 def evolve_rooted(
     current: R | None,
     event: StoredEvent,
+    payload: Payload,
     *,
-    root: str,
-    handlers: Mapping[str, Callable[[R, StoredEvent, StoredPayload], Changes]],
+    root: type[Payload],
+    handlers: Handlers[R],
     new: Callable[[], R],
 ) -> R | None:
-    """The row after ``event``: None while its ``root`` has not come (``new`` makes the row
-    the root starts from); else the handler's changes, with ``updated_at`` and
-    ``last_position`` the greater of the row's and the event's (a late root folds in the
-    events that came before it)."""
-    if current is None and event.type != root:
+    """The row after ``event`` (whose payload, read, is ``payload``): None while its ``root``
+    has not come (``new`` makes the row the root starts from); else the handler's changes,
+    with ``updated_at`` and ``last_position`` the greater of the row's and the event's (a
+    late root folds in the events that came before it)."""
+    if current is None and not isinstance(payload, root):
         return None
     row = current or new()
-    changes = handlers[event.type](row, event, event.payload)
+    changes = handlers[type(payload)](row, event, payload)
     return replace(
         row,
         **changes,

@@ -33,7 +33,7 @@ from shared.eventstore.views import (
     ExperimentView,
     StoredEvent,
 )
-from shared.messages import Envelope
+from shared.messages import Envelope, Payload
 from shared.telemetry import trace_id_of
 
 __all__ = ["EventStore"]
@@ -88,20 +88,28 @@ class EventStore:
 
     # --- writing ------------------------------------------------------------------------------
 
-    async def append(self, envelopes: Sequence[Envelope]) -> list[bool]:
+    async def append(
+        self, envelopes: Sequence[Envelope], *, checked: Sequence[Payload] | None = None
+    ) -> list[bool]:
         """Store ``envelopes`` in one transaction and update the projections with them.
 
-        Returns, for each envelope, True if it was stored and False if its ``event_id`` was
-        already (a redelivery, also one within this batch): storing is idempotent.
+        ``checked``, where the caller has them (the recorder validated each on the way in),
+        are the envelopes' payloads as their contracts read them, so projecting does not
+        validate them again. Returns, for each envelope, True if it was stored and False if
+        its ``event_id`` was already (a redelivery, also one within this batch): storing is
+        idempotent.
         """
         batch = list(envelopes)
         if not batch:
             return []
+        payloads: list[Payload | None] = list(checked) if checked else [None] * len(batch)
+        if len(payloads) != len(batch):
+            raise ValueError(f"{len(batch)} envelopes but {len(payloads)} checked payloads")
         for attempt in range(1, _APPEND_ATTEMPTS + 1):
             try:
                 with self._errors():
                     async with self._transaction(write=True) as connection:
-                        return await _append(connection, batch)
+                        return await _append(connection, batch, payloads)
             except sa_exc.DBAPIError as exc:
                 if not _is_conflict(exc):
                     raise
@@ -395,7 +403,9 @@ class EventStore:
         return StoreUnavailable(f"the event store at {self._where} is unavailable: {exc}")
 
 
-async def _append(connection: AsyncConnection, batch: Sequence[Envelope]) -> list[bool]:
+async def _append(
+    connection: AsyncConnection, batch: Sequence[Envelope], checked: Sequence[Payload | None]
+) -> list[bool]:
     # Round trips per batch, not per event: which ids exist, the streams' heads, one insert.
     dialect = connection.dialect.name
     ids = {envelope.event_id for envelope in batch}
@@ -406,12 +416,14 @@ async def _append(connection: AsyncConnection, batch: Sequence[Envelope]) -> lis
     )
     stored_flags: list[bool] = []
     fresh: list[Envelope] = []
-    for envelope in batch:
+    fresh_checked: list[Payload | None] = []
+    for envelope, payload in zip(batch, checked, strict=True):
         is_new = envelope.event_id not in existing
         stored_flags.append(is_new)
         if is_new:
             existing.add(envelope.event_id)
             fresh.append(envelope)
+            fresh_checked.append(payload)
     if not fresh:
         return stored_flags
 
@@ -435,7 +447,10 @@ async def _append(connection: AsyncConnection, batch: Sequence[Envelope]) -> lis
     positions = (await connection.execute(insert_events, rows)).scalars().all()
     await project(
         connection,
-        [_stored(row, position) for row, position in zip(rows, positions, strict=True)],
+        [
+            StoredEvent.from_row({**row, "position": position}, checked=payload)
+            for row, position, payload in zip(rows, positions, fresh_checked, strict=True)
+        ],
     )
     return stored_flags
 
@@ -482,10 +497,6 @@ def _to_row(envelope: Envelope, version: int, recorded_at: datetime) -> dict[str
         "occurred_at": schema.as_utc(envelope.occurred_at),
         "recorded_at": recorded_at,
     }
-
-
-def _stored(row: Mapping[str, Any], position: int) -> StoredEvent:
-    return StoredEvent.from_row({**row, "position": position})
 
 
 # SQLSTATE classes meaning "the database cannot serve us now": connection exceptions,

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, get_args
 
 from pydantic import ValidationError
 
+from shared.errors import InvalidMessage
 from shared.manifests import ModelManifest
-from shared.messages import Envelope, ExperimentComparison, LatencySummary
+from shared.messages import Envelope, ExperimentComparison, LatencySummary, Payload, payload_type
 
 __all__ = [
     "AGENT_STATUSES",
@@ -58,10 +59,26 @@ class StoredEvent:
     tracestate: str | None
     producer: str | None
     payload: dict[str, Any]
+    # The payload as its contract reads it, where whoever stored the event had it already (the
+    # recorder validated it on the way in), so that projecting does not validate it again.
+    checked: Payload | None = field(default=None, compare=False, repr=False)
+
+    def read(self) -> Payload | None:
+        """The payload as the class its type names (``shared.messages``), or None where today's
+        contract refuses it (an event stored before a contract was tightened): such an event
+        changes no read model, and ``dlscope db check`` lists it. Validated once."""
+        if self.checked is not None:
+            return self.checked
+        try:
+            checked = payload_type(self.type).model_validate(self.payload)
+        except (InvalidMessage, ValidationError):
+            return None
+        object.__setattr__(self, "checked", checked)  # a cache: the event itself is unchanged
+        return checked
 
     @classmethod
-    def from_row(cls, row: Mapping[Any, Any]) -> StoredEvent:
-        """The event a row of the ``events`` table holds."""
+    def from_row(cls, row: Mapping[Any, Any], *, checked: Payload | None = None) -> StoredEvent:
+        """The event a row of the ``events`` table holds (``checked``: its payload, read)."""
         meta: Mapping[str, Any] = row["metadata"]
         causation = meta.get("causation_id")
         return cls(
@@ -80,6 +97,7 @@ class StoredEvent:
             tracestate=meta.get("tracestate"),
             producer=meta.get("producer"),
             payload=row["payload"],
+            checked=checked,
         )
 
     def envelope(self) -> Envelope:

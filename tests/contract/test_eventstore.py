@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from harness.payloads import latency, single_stream_run
 from shared.errors import ConfigurationError, StoreUnavailable
 from shared.eventstore import (
     AgentView,
@@ -26,9 +27,6 @@ from shared.eventstore import (
     upgrade,
 )
 from shared.eventstore.quarantine import find_inadmissible, quarantine_inadmissible
-from shared.measurement import ScenarioResult, SingleStream, TimedPhase
-from shared.measurement.overhead import HarnessOverhead
-from shared.measurement.warmup import WarmupReport
 from shared.messages import (
     AgentHeartbeat,
     AgentOffline,
@@ -41,7 +39,6 @@ from shared.messages import (
     EvaluationRequested,
     EvaluationScheduled,
     EvaluationStarted,
-    LatencySummary,
     Payload,
     agent_stream,
     evaluation_stream,
@@ -61,24 +58,6 @@ def event(
     """An envelope as a service would publish it, at a chosen time."""
     wrapped = Envelope.wrap(payload, stream_id=stream_id, correlation_id=correlation_id)
     return wrapped.model_copy(update={"occurred_at": when})
-
-
-def latency(p50_ms: float = 4.2) -> LatencySummary:
-    return LatencySummary(
-        count=200,
-        batch_size=1,
-        mean_ms=p50_ms + 0.1,
-        std_ms=0.3,
-        min_ms=p50_ms - 1,
-        max_ms=p50_ms + 3,
-        p50_ms=p50_ms,
-        p90_ms=p50_ms + 1,
-        p99_ms=p50_ms + 2,
-        throughput_per_s=1000 / p50_ms,
-        first_inference_ms=30.0,
-        load_ms=120.0,
-        warmup_count=10,
-    )
 
 
 @dataclass
@@ -149,31 +128,7 @@ class Evaluation:
                 agent_id=agent_id or self.agent_id,
                 attempt=attempt,
                 load_ns=120_000_000,
-                run=ScenarioResult(
-                    scenario=SingleStream(),
-                    sample_count=1,
-                    phases=(
-                        TimedPhase(
-                            samples_per_query=1,
-                            first_query_ns=30_000_000,
-                            warmup=WarmupReport(
-                                latencies_ns=(5_000_000,) * 3,
-                                window_queries=3,
-                                window_medians_ns=(5e6,),
-                                threshold=0.05,
-                                steady=False,
-                                decided_by="max_windows",
-                                duration_ns=15_000_000,
-                            ),
-                            latencies_ns=(4_000_000, 4_200_000, 4_500_000),
-                            duration_ns=12_700_000,
-                            overhead=HarnessOverhead(
-                                per_query_ns=0.0, timer_floor_ns=100.0, method="none"
-                            ),
-                            stopped_by="minimums",
-                        ),
-                    ),
-                ),
+                run=single_stream_run(),
             ),
             when,
         )
@@ -833,8 +788,7 @@ async def test_events_the_contracts_refuse_are_found_and_quarantined_out_of_the_
     store: EventStore,
 ) -> None:
     # Given an evaluation that is running, and two events stored before admission checks:
-    # a completion whose result is garbage (which the lenient projection took as completed)
-    # and an event of a type nobody knows
+    # a completion whose result is garbage and an event of a type nobody knows
     item = Evaluation()
     running = item.lifecycle(0)[:4]
     await store.append(running)
@@ -846,7 +800,8 @@ async def test_events_the_contracts_refuse_are_found_and_quarantined_out_of_the_
     )
     unknown = legacy(item, "totally.unknown.type", {"anything": 1}, at(6))
     await store.append([bogus, unknown])
-    assert (await evaluation(store, item)).status == "completed"
+    # which the projections, reading each payload as its contract does, pass over
+    assert (await evaluation(store, item)).status == "running"
 
     # When the log is checked
     found = await find_inadmissible(store)
@@ -863,7 +818,7 @@ async def test_events_the_contracts_refuse_are_found_and_quarantined_out_of_the_
     assert await quarantine_inadmissible(store, found) == 2
 
     # Then the log no longer holds them, the quarantine does, and the projection is rebuilt
-    # without them: the evaluation is running again
+    # without them: the evaluation is still running
     assert [e.event_id for e in await store.stream_events(item.stream)] == [
         e.event_id for e in running
     ]

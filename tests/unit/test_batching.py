@@ -11,7 +11,7 @@ import pytest
 
 from services.recorder.batching import BatchWriter
 from shared.errors import StoreUnavailable
-from shared.messages import AgentHeartbeat, Envelope
+from shared.messages import AgentHeartbeat, Envelope, Payload
 
 
 def heartbeat(n: int) -> Envelope:
@@ -28,10 +28,14 @@ class Store:
         self.seen: set[uuid.UUID] = set()
         self.fail = fail
 
-    async def append(self, envelopes: Sequence[Envelope]) -> list[bool]:
+    async def append(
+        self, envelopes: Sequence[Envelope], *, checked: Sequence[Payload] | None = None
+    ) -> list[bool]:
         await asyncio.sleep(0)  # a database round trip
         if self.fail:
             raise StoreUnavailable("database down")
+        assert checked is not None  # the payloads, handed over read
+        assert len(checked) == len(envelopes)
         self.batches.append([e.payload["agent_id"] for e in envelopes])
         new = [e.event_id not in self.seen for e in envelopes]
         self.seen.update(e.event_id for e in envelopes)
@@ -42,7 +46,7 @@ async def test_concurrent_submissions_are_written_together_in_submission_order()
     store = Store()
     writer = BatchWriter(store.append, max_batch=3)
     events = [heartbeat(n) for n in range(7)]
-    results = await asyncio.gather(*(writer.submit(e) for e in events))
+    results = await asyncio.gather(*(writer.submit(e, e.typed()) for e in events))
     assert results == [True] * 7
     assert store.batches == [["a0", "a1", "a2"], ["a3", "a4", "a5"], ["a6"]]
 
@@ -50,14 +54,14 @@ async def test_concurrent_submissions_are_written_together_in_submission_order()
 async def test_a_duplicate_is_reported_as_not_new() -> None:
     writer = BatchWriter(Store().append)
     event = heartbeat(1)
-    assert await writer.submit(event) is True
-    assert await writer.submit(event) is False
+    assert await writer.submit(event, event.typed()) is True
+    assert await writer.submit(event, event.typed()) is False
 
 
 async def test_a_failed_write_fails_every_waiting_submission() -> None:
     writer = BatchWriter(Store(fail=True).append, max_batch=2)
     results = await asyncio.gather(
-        *(writer.submit(heartbeat(n)) for n in range(5)), return_exceptions=True
+        *(writer.submit(e, e.typed()) for e in map(heartbeat, range(5))), return_exceptions=True
     )
     assert all(isinstance(r, StoreUnavailable) for r in results)
 
@@ -66,6 +70,6 @@ async def test_the_writer_recovers_after_a_failure() -> None:
     store = Store(fail=True)
     writer = BatchWriter(store.append)
     with pytest.raises(StoreUnavailable):
-        await writer.submit(heartbeat(1))
+        await writer.submit(heartbeat(1), heartbeat(1).typed())
     store.fail = False
-    assert await writer.submit(heartbeat(2)) is True
+    assert await writer.submit(heartbeat(2), heartbeat(2).typed()) is True

@@ -6,14 +6,31 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from harness.payloads import latency, single_stream_run
 from shared.eventstore.experiments import EXPERIMENT_ROOT, evolve_experiment, experiment_key
 from shared.eventstore.projections import evaluation_key, evolve_evaluation, fold, fold_evaluation
 from shared.eventstore.views import EvaluationView, ExperimentView, StoredEvent
+from shared.messages import (
+    EvaluationCompleted,
+    EvaluationFailed,
+    EvaluationLateMeasurement,
+    EvaluationMeasured,
+    EvaluationRequested,
+    EvaluationStarted,
+    ExperimentCompared,
+    ExperimentComparison,
+    ExperimentFailed,
+    ExperimentRequested,
+    ModelRef,
+    ParityTolerance,
+    Payload,
+)
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 EVALUATION = uuid.uuid4()
@@ -21,15 +38,15 @@ EXPERIMENT = uuid.uuid4()
 _positions = itertools.count(1)
 
 
-def stored(type_: str, payload: dict[str, Any], *, at: float) -> StoredEvent:
+def stored(payload: Payload, *, at: float, stream_id: str | None = None) -> StoredEvent:
     """An event as the store gives it back, at the next log position."""
     position = next(_positions)
     return StoredEvent(
         position=position,
-        stream_id=f"evaluation-{EVALUATION}",
+        stream_id=stream_id or f"evaluation-{EVALUATION}",
         version=position,
         event_id=uuid.uuid4(),
-        type=type_,
+        type=payload.TYPE,
         schema_version=1,
         occurred_at=T0 + timedelta(seconds=at),
         recorded_at=T0 + timedelta(seconds=at),
@@ -39,50 +56,56 @@ def stored(type_: str, payload: dict[str, Any], *, at: float) -> StoredEvent:
         traceparent=None,
         tracestate=None,
         producer="test",
-        payload=payload,
+        payload=payload.model_dump(mode="json"),
     )
 
 
 def requested(at: float = 0) -> StoredEvent:
     return stored(
-        "evaluation.requested",
-        {"evaluation_id": str(EVALUATION), "model": "squeezenet", "framework": "onnxruntime"},
+        EvaluationRequested(evaluation_id=EVALUATION, model="squeezenet", framework="onnxruntime"),
         at=at,
     )
 
 
 def started(at: float, attempt: int = 1, agent_id: str = "agent-a") -> StoredEvent:
-    return stored(
-        "evaluation.started",
-        {
-            "evaluation_id": str(EVALUATION),
-            "agent_id": agent_id,
-            "host": "bench",
-            "environment": {},
-            "attempt": attempt,
-        },
-        at=at,
+    payload = EvaluationStarted(
+        evaluation_id=EVALUATION, agent_id=agent_id, host="bench", environment={}, attempt=attempt
     )
+    return stored(payload, at=at)
 
 
 def measured(at: float, attempt: int = 1) -> StoredEvent:
-    payload = {"evaluation_id": str(EVALUATION), "agent_id": "agent-a", "attempt": attempt}
-    return stored("evaluation.measured", payload, at=at)
+    return stored(_measurement(attempt), at=at)
+
+
+def _measurement(attempt: int = 1) -> EvaluationMeasured:
+    return EvaluationMeasured(
+        evaluation_id=EVALUATION,
+        agent_id="agent-a",
+        attempt=attempt,
+        load_ns=1_000_000,
+        run=single_stream_run(),
+    )
 
 
 def completed(at: float, p50_ms: float = 4.2) -> StoredEvent:
-    payload = {"evaluation_id": str(EVALUATION), "result": {"p50_ms": p50_ms}}
-    return stored("evaluation.completed", payload, at=at)
+    return stored(EvaluationCompleted(evaluation_id=EVALUATION, result=latency(p50_ms)), at=at)
+
+
+def result_of(p50_ms: float) -> dict[str, Any]:
+    """A completion's result as the read model keeps it."""
+    return latency(p50_ms).model_dump(mode="json")
 
 
 def failed(at: float, reason: str = "agent a went offline") -> StoredEvent:
-    payload = {"evaluation_id": str(EVALUATION), "stage": "agent", "reason": reason}
-    return stored("evaluation.failed", payload, at=at)
+    return stored(EvaluationFailed(evaluation_id=EVALUATION, stage="agent", reason=reason), at=at)
 
 
 def late_measurement(at: float) -> StoredEvent:
-    payload = {"evaluation_id": str(EVALUATION), "agent_id": "agent-a", "reason": "failed"}
-    return stored("evaluation.late_measurement", payload, at=at)
+    payload = EvaluationLateMeasurement(
+        evaluation_id=EVALUATION, agent_id="agent-a", reason="failed", measurement=_measurement()
+    )
+    return stored(payload, at=at)
 
 
 def one_by_one(events: list[StoredEvent]) -> EvaluationView | None:
@@ -112,12 +135,12 @@ def test_a_completion_after_the_failure_changes_nothing() -> None:
 
 def test_a_failure_after_the_completion_changes_nothing() -> None:
     row = settle([requested(), started(1), measured(5), completed(6), failed(9, "timeout echo")])
-    assert (row.status, row.error, row.result) == ("completed", None, {"p50_ms": 4.2})
+    assert (row.status, row.error, row.result) == ("completed", None, result_of(4.2))
 
 
 def test_the_first_of_two_completions_or_failures_stands() -> None:
     twice = settle([requested(), completed(6, p50_ms=1.0), completed(7, p50_ms=9.0)])
-    assert twice.result == {"p50_ms": 1.0}
+    assert twice.result == result_of(1.0)
     echoes = settle([requested(), failed(6, "crash"), failed(7, "timeout")])
     assert echoes.error == "agent: crash"
 
@@ -133,6 +156,16 @@ def test_an_event_nobody_requested_makes_no_row() -> None:
     assert fold_evaluation([failed(5)]) is None
     assert fold_evaluation([started(1), measured(2), completed(3)]) is None
     assert evolve_evaluation(None, failed(5)) is None
+
+
+def test_an_event_its_contract_refuses_today_changes_no_row() -> None:
+    # Given a failure stored before its contract was tightened: it names no stage
+    refused = replace(failed(9), payload={"evaluation_id": str(EVALUATION), "reason": "old"})
+    assert refused.read() is None
+    # Then it is about no evaluation: the row stays as the admissible events left it
+    assert evaluation_key(refused) is None
+    before = [requested(), started(1)]
+    assert fold_evaluation([*before, refused]) == fold_evaluation(before)
 
 
 def test_a_request_that_comes_late_folds_in_what_came_before_it() -> None:
@@ -157,33 +190,45 @@ def test_a_late_attempt_leaves_an_outcome_alone() -> None:
 # --- experiments ----------------------------------------------------------------------------
 
 
-def experiment_event(type_: str, at: float, **payload: Any) -> StoredEvent:
-    event = stored(type_, {"experiment_id": str(EXPERIMENT), **payload}, at=at)
-    return StoredEvent(**{**_fields(event), "stream_id": f"experiment-{EXPERIMENT}"})
+def experiment_event(payload: Payload, at: float) -> StoredEvent:
+    return stored(payload, at=at, stream_id=f"experiment-{EXPERIMENT}")
 
 
-def _fields(event: StoredEvent) -> dict[str, Any]:
-    return {name: getattr(event, name) for name in StoredEvent.__slots__}
+COMPARISON = ExperimentComparison(
+    complete=True,
+    reference=EVALUATION,
+    tolerance=ParityTolerance(),
+    evaluations=[],
+    parity=[],
+    parity_ok=None,
+    failures=[],
+)
 
 
 @pytest.mark.parametrize(
     ("outcomes", "status", "error", "comparison"),
     [
         (["experiment.failed", "experiment.compared"], "failed", "nothing to run", None),
-        (["experiment.compared", "experiment.failed"], "compared", None, {"complete": True}),
+        (
+            ["experiment.compared", "experiment.failed"],
+            "compared",
+            None,
+            COMPARISON.model_dump(mode="json"),
+        ),
     ],
 )
 def test_an_experiments_first_outcome_stands(
     outcomes: list[str], status: str, error: str | None, comparison: dict[str, Any] | None
 ) -> None:
-    events = [experiment_event("experiment.requested", 0, models=[{"model": "digits-cnn"}])]
+    request = ExperimentRequested(experiment_id=EXPERIMENT, models=[ModelRef(model="digits-cnn")])
+    events = [experiment_event(request, 0)]
     for n, type_ in enumerate(outcomes):
-        extra = (
-            {"reason": "nothing to run"}
+        outcome: Payload = (
+            ExperimentFailed(experiment_id=EXPERIMENT, reason="nothing to run")
             if type_ == "experiment.failed"
-            else {"comparison": {"complete": True}}
+            else ExperimentCompared(experiment_id=EXPERIMENT, comparison=COMPARISON)
         )
-        events.append(experiment_event(type_, 1 + n, **extra))
+        events.append(experiment_event(outcome, 1 + n))
     row: ExperimentView | None = fold(events, evolve_experiment, EXPERIMENT_ROOT, experiment_key)
     assert row is not None
     assert (row.status, row.error, row.comparison) == (status, error, comparison)
