@@ -216,7 +216,7 @@ async def experiment(
         async with EventStore.from_url(settings.resolved_database_url) as store:
             view = await store.get_experiment(request.experiment_id)
             assert view is not None, "the recorder stored the experiment"
-            members = [uuid.UUID(m["evaluation_id"]) for m in view.members or []]
+            members = view.member_ids
             by_id = {e.evaluation_id: e for e in await store.get_evaluations(members)}
             windows = {
                 member: window

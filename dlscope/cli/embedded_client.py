@@ -178,7 +178,7 @@ class EmbeddedClient:
         return Compared(
             model=model,
             hardware=request.hardware,
-            comparison=view.compared(),
+            comparison=view.comparison,
             error=view.error,
             experiment_id=view.experiment_id,
             document=outcome.to_json(),

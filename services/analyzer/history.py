@@ -35,7 +35,7 @@ def history(
     points: list[HistoryPoint] = []
     previous: tuple[str, str | None, Mapping[str, Any]] | None = None
     for view in sorted(views, key=lambda v: (v.requested_at, str(v.evaluation_id))):
-        summary = view.summary()
+        summary = view.result
         if summary is None:
             continue
         environment = view.environment or {}

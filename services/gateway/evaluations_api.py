@@ -221,6 +221,6 @@ def evaluation_out(view: EvaluationView, settings: Settings) -> EvaluationOut:
         trace_url=settings.trace_url(view.trace_id),
         requested_at=view.requested_at,
         updated_at=view.updated_at,
-        result=view.summary(),
+        result=view.result,
         error=view.error,
     )

@@ -226,7 +226,7 @@ async def list_experiments(
     views = await context.store.list_experiments(
         limit=limit, offset=offset, status=status_filter, model=model
     )
-    members = [m["evaluation_id"] for view in views for m in view.members or []]
+    members = [key for view in views for key in view.member_ids]
     evaluations = await _evaluations(context, members)
     return [_out(view, evaluations, context) for view in views]
 
@@ -236,7 +236,7 @@ async def get_experiment(experiment_id: uuid.UUID, context: Context) -> Experime
     view = await context.stored(experiment_id, lambda: context.store.get_experiment(experiment_id))
     if view is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no experiment {experiment_id} (yet)")
-    evaluations = await _evaluations(context, [m["evaluation_id"] for m in view.members or []])
+    evaluations = await _evaluations(context, view.member_ids)
     return _out(view, evaluations, context)
 
 
@@ -272,8 +272,10 @@ async def _registered_models(context: GatewayContext) -> list[ModelManifest]:
     return [m for view in views if (m := view.model_manifest()) is not None]
 
 
-async def _evaluations(context: GatewayContext, ids: list[str]) -> dict[uuid.UUID, EvaluationView]:
-    views = await context.store.get_evaluations([uuid.UUID(i) for i in ids])
+async def _evaluations(
+    context: GatewayContext, ids: list[uuid.UUID]
+) -> dict[uuid.UUID, EvaluationView]:
+    views = await context.store.get_evaluations(ids)
     return {view.evaluation_id: view for view in views}
 
 
@@ -282,11 +284,11 @@ def _out(
 ) -> ExperimentOut:
     request = view.request or {}
     members = []
-    for member in view.members or []:
-        evaluation = evaluations.get(uuid.UUID(member["evaluation_id"]))
+    for member in view.members or ():
+        evaluation = evaluations.get(member.evaluation_id)
         members.append(
             MemberOut(
-                **member,
+                **member.model_dump(),
                 status=evaluation.status if evaluation else "requested",
                 error=evaluation.error if evaluation else None,
             )
@@ -303,8 +305,8 @@ def _out(
         requested_at=view.requested_at,
         updated_at=view.updated_at,
         members=members,
-        skipped=view.skipped or [],
-        comparison=view.compared(),
+        skipped=list(view.skipped or ()),
+        comparison=view.comparison,
         error=view.error,
     )
 

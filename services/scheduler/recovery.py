@@ -52,18 +52,17 @@ def in_flight(events: Sequence[StoredEvent]) -> InFlight | None:
     started_by: uuid.UUID | None = None
     since: datetime | None = None
     for stored in events:
-        envelope = stored.envelope()
-        event = envelope.typed()
+        event = stored.read()  # None: refused by today's contract, as the projections take it
         if isinstance(event, EvaluationCompleted | EvaluationFailed):
             return None
         if isinstance(event, EvaluationRequested):
-            request = envelope
+            request = stored.envelope()
         elif isinstance(event, EvaluationScheduled):
-            scheduled, since = event, envelope.occurred_at
+            scheduled, since = event, stored.occurred_at
         elif isinstance(event, EvaluationStarted) and (
             started is None or event.attempt >= started.attempt
         ):
-            started, started_by, since = event, envelope.event_id, envelope.occurred_at
+            started, started_by, since = event, stored.event_id, stored.occurred_at
     if request is None or scheduled is None or since is None:
         return None  # not scheduled yet: the request is still in the scheduler's queue
     return InFlight(scheduled.evaluation_id, request, scheduled, started, started_by, since)

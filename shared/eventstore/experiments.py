@@ -92,8 +92,8 @@ def _requested(row: ExperimentView, event: StoredEvent, p: ExperimentRequested) 
 
 def _scheduled(row: ExperimentView, event: StoredEvent, p: ExperimentScheduled) -> Changes:
     return dict(
-        members=[member.model_dump(mode="json") for member in p.members],
-        skipped=[gap.model_dump(mode="json") for gap in p.skipped],
+        members=tuple(p.members),
+        skipped=tuple(p.skipped),
         status=_advance(row, "scheduled"),
     )
 
@@ -101,7 +101,7 @@ def _scheduled(row: ExperimentView, event: StoredEvent, p: ExperimentScheduled) 
 def _compared(row: ExperimentView, event: StoredEvent, p: ExperimentCompared) -> Changes:
     if row.status in _OUTCOMES:
         return {}  # the first outcome stands; this one stays in the log
-    return dict(comparison=p.comparison.model_dump(mode="json"), status="compared")
+    return dict(comparison=p.comparison, status="compared")
 
 
 def _failed(row: ExperimentView, event: StoredEvent, p: ExperimentFailed) -> Changes:

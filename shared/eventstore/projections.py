@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
@@ -229,7 +229,7 @@ def _completed(row: EvaluationView, event: StoredEvent, p: EvaluationCompleted) 
     if row.status in _OUTCOMES:
         # The first outcome stands: what the user and the experiment saw does not change.
         return {}
-    return dict(result=p.result.model_dump(mode="json"), status="completed")
+    return dict(result=p.result, status="completed")
 
 
 def _failed(row: EvaluationView, event: StoredEvent, p: EvaluationFailed) -> Changes:
@@ -505,7 +505,8 @@ async def _project_table(
     # change these rows between this read and the upsert.
     query = select(table).where(one_of(dialect, key_column, {key for key, _ in keyed}))
     rows: dict[Any, V] = {
-        row[key_column.name]: view(**row) for row in (await connection.execute(query)).mappings()
+        row[key_column.name]: view.from_row(row)
+        for row in (await connection.execute(query)).mappings()
     }
     changed: dict[K, V] = {}
     for key, event in keyed:
@@ -521,7 +522,7 @@ async def _project_table(
         if evolved is not None:
             rows[key] = changed[key] = evolved
     if changed:
-        await connection.execute(upsert(dialect, table), [_as_row(row) for row in changed.values()])
+        await connection.execute(upsert(dialect, table), [row.as_row() for row in changed.values()])
 
 
 async def _stored_before(connection: AsyncConnection, event: StoredEvent) -> list[StoredEvent]:
@@ -533,7 +534,3 @@ async def _stored_before(connection: AsyncConnection, event: StoredEvent) -> lis
         .order_by(events.c.position)
     )
     return [StoredEvent.from_row(row) for row in (await connection.execute(query)).mappings()]
-
-
-def _as_row(view: EvaluationView | AgentView | ArtifactView | ExperimentView) -> dict[str, Any]:
-    return {f.name: getattr(view, f.name) for f in fields(view)}

@@ -183,7 +183,7 @@ class EventStore:
         with self._errors():
             async with self._engine.connect() as connection:
                 row = (await connection.execute(query)).mappings().first()
-        return None if row is None else EvaluationView(**row)
+        return None if row is None else EvaluationView.from_row(row)
 
     async def list_evaluations(
         self,
@@ -225,7 +225,7 @@ class EventStore:
         with self._errors():
             async with self._engine.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
-        return [EvaluationView(**row) for row in rows]
+        return [EvaluationView.from_row(row) for row in rows]
 
     async def get_evaluations(self, evaluation_ids: Sequence[uuid.UUID]) -> list[EvaluationView]:
         """The evaluations among ``evaluation_ids`` that have a row, in no particular order."""
@@ -238,14 +238,14 @@ class EventStore:
                     one_of(connection.dialect.name, column, set(evaluation_ids))
                 )
                 rows = (await connection.execute(query)).mappings().all()
-        return [EvaluationView(**row) for row in rows]
+        return [EvaluationView.from_row(row) for row in rows]
 
     async def get_experiment(self, experiment_id: uuid.UUID) -> ExperimentView | None:
         query = select(_experiments).where(_experiments.c.experiment_id == experiment_id)
         with self._errors():
             async with self._engine.connect() as connection:
                 row = (await connection.execute(query)).mappings().first()
-        return None if row is None else ExperimentView(**row)
+        return None if row is None else ExperimentView.from_row(row)
 
     async def list_experiments(
         self,
@@ -274,14 +274,14 @@ class EventStore:
         with self._errors():
             async with self._engine.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
-        return [ExperimentView(**row) for row in rows]
+        return [ExperimentView.from_row(row) for row in rows]
 
     async def list_agents(self) -> list[AgentView]:
         query = select(_agents).order_by(_agents.c.agent_id)
         with self._errors():
             async with self._engine.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
-        return [AgentView(**row) for row in rows]
+        return [AgentView.from_row(row) for row in rows]
 
     async def jobs_by_agent(self) -> dict[str, dict[str, int]]:
         """How many evaluations each agent holds, by status: ``running`` (running there now),
@@ -328,7 +328,7 @@ class EventStore:
         with self._errors():
             async with self._engine.connect() as connection:
                 rows = (await connection.execute(query)).mappings().all()
-        return [ArtifactView(**row) for row in rows]
+        return [ArtifactView.from_row(row) for row in rows]
 
     async def stream_events(self, stream_id: str) -> list[StoredEvent]:
         """One stream's events in version order (1, 2, 3, …)."""

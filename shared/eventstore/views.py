@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from shared.errors import InvalidMessage
 from shared.manifests import ModelManifest
-from shared.messages import Envelope, ExperimentComparison, LatencySummary, Payload, payload_type
+from shared.messages import (
+    Envelope,
+    ExperimentComparison,
+    ExperimentGap,
+    ExperimentMember,
+    LatencySummary,
+    Payload,
+    payload_type,
+)
 
 __all__ = [
     "AGENT_STATUSES",
@@ -139,8 +147,8 @@ class EvaluationView:
     trace_id: str
     # The evaluation.requested payload, as sent.
     request: dict[str, Any] | None
-    # The LatencySummary of evaluation.completed, as JSON; see ``summary()``.
-    result: dict[str, Any] | None
+    # What evaluation.completed summarised.
+    result: LatencySummary | None
     # "<stage>: <reason>" from evaluation.failed.
     error: str | None
     requested_at: datetime
@@ -148,8 +156,13 @@ class EvaluationView:
     # Position of the newest event applied to this row.
     last_position: int
 
-    def summary(self) -> LatencySummary | None:
-        return None if self.result is None else LatencySummary.model_validate(self.result)
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> EvaluationView:
+        """The view a row of the ``evaluations`` table holds, its JSON read as its types."""
+        return cls(**{**row, "result": _read(LatencySummary, row["result"])})
+
+    def as_row(self) -> dict[str, Any]:
+        return {**_columns(self), "result": _json(self.result)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +182,13 @@ class AgentView:
     last_seen: datetime | None
     updated_at: datetime
     last_position: int
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> AgentView:
+        return cls(**row)
+
+    def as_row(self) -> dict[str, Any]:
+        return _columns(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,6 +211,13 @@ class ArtifactView:
     updated_at: datetime
     last_position: int
 
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> ArtifactView:
+        return cls(**row)
+
+    def as_row(self) -> dict[str, Any]:
+        return _columns(self)
+
     def model_manifest(self) -> ModelManifest | None:
         """The manifest of a model, or None: another kind, or a model this process cannot
         read (e.g. one whose plugin steps are installed only where the registry runs)."""
@@ -206,9 +233,8 @@ class ArtifactView:
 class ExperimentView:
     """One experiment as its events so far describe it (a row of the ``experiments`` table).
 
-    The JSON columns hold the events' payload parts as sent: ``request`` the
-    experiment.requested payload, ``members`` and ``skipped`` the scheduler's plan,
-    ``comparison`` the analyzer's ``ExperimentComparison`` (see ``compared()``).
+    ``request`` is the experiment.requested payload as sent; ``members`` and ``skipped`` the
+    scheduler's plan, ``comparison`` the analyzer's, as their types (JSON in the table).
     """
 
     experiment_id: uuid.UUID
@@ -217,18 +243,63 @@ class ExperimentView:
     model: str | None
     trace_id: str
     request: dict[str, Any] | None
-    members: list[dict[str, Any]] | None
-    skipped: list[dict[str, Any]] | None
-    comparison: dict[str, Any] | None
+    members: tuple[ExperimentMember, ...] | None
+    skipped: tuple[ExperimentGap, ...] | None
+    comparison: ExperimentComparison | None
     # The reason from experiment.failed.
     error: str | None
     requested_at: datetime
     updated_at: datetime
     last_position: int
 
-    def compared(self) -> ExperimentComparison | None:
-        return (
-            None
-            if self.comparison is None
-            else ExperimentComparison.model_validate(self.comparison)
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any]) -> ExperimentView:
+        """The view a row of the ``experiments`` table holds, its JSON read as its types."""
+        return cls(
+            **{
+                **row,
+                "members": _read_all(ExperimentMember, row["members"]),
+                "skipped": _read_all(ExperimentGap, row["skipped"]),
+                "comparison": _read(ExperimentComparison, row["comparison"]),
+            }
         )
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            **_columns(self),
+            "members": _json_all(self.members),
+            "skipped": _json_all(self.skipped),
+            "comparison": _json(self.comparison),
+        }
+
+    @property
+    def member_ids(self) -> list[uuid.UUID]:
+        """The evaluations the scheduler planned, in plan order (none before it planned)."""
+        return [member.evaluation_id for member in self.members or ()]
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _read(model: type[M], value: object) -> M | None:
+    return None if value is None else model.model_validate(value)
+
+
+def _read_all(model: type[M], value: object) -> tuple[M, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ValueError(f"expected a JSON list of {model.__name__}, got {type(value).__name__}")
+    return tuple(model.model_validate(item) for item in value)
+
+
+def _json(value: BaseModel | None) -> dict[str, Any] | None:
+    return None if value is None else value.model_dump(mode="json")
+
+
+def _json_all(values: tuple[BaseModel, ...] | None) -> list[dict[str, Any]] | None:
+    return None if values is None else [value.model_dump(mode="json") for value in values]
+
+
+def _columns(view: object) -> dict[str, Any]:
+    return {f.name: getattr(view, f.name) for f in fields(view)}  # type: ignore[arg-type]

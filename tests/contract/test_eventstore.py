@@ -356,7 +356,7 @@ async def test_an_evaluation_is_followed_from_request_to_result(store: EventStor
     await store.append([completed])
     view = await evaluation(store, item)
     assert view.status == "completed"
-    assert view.summary() == latency()
+    assert view.result == latency()
     assert view.error is None
     assert view.requested_at == at(0)
     assert view.updated_at == at(4)
@@ -391,7 +391,7 @@ async def test_a_late_event_fills_details_but_never_moves_status_back(store: Eve
     # Then it stays completed, yet knows the version and agent the late events told
     view = await evaluation(store, item)
     assert view.status == "completed"
-    assert view.summary() == latency()
+    assert view.result == latency()
     assert (view.model_version, view.agent_id) == ("1.3.0", "agent-3")
     assert view.updated_at == at(5)
 
@@ -553,7 +553,7 @@ async def test_a_terminal_evaluation_is_not_moved_back_by_a_late_attempt(
     # Then it stays completed with the first result; the attempt is counted and kept
     view = await evaluation(store, item)
     assert (view.status, view.attempts) == ("completed", 2)
-    assert view.summary() == latency()
+    assert view.result == latency()
     assert len(await store.stream_events(item.stream)) == 8
 
     # And a failed evaluation's late measurement leaves it failed

@@ -125,21 +125,21 @@ async def test_an_experiment_is_followed_from_request_to_comparison(store: Event
     scheduled = await view(store, experiment)
     assert scheduled.status == "scheduled"
     assert scheduled.members is not None
-    assert [m["agent_id"] for m in scheduled.members] == ["ort"]
-    assert scheduled.skipped == [
-        {
-            "reason": "no online worker",
-            "framework": "pytorch",
-            "model": None,
-            "agent_id": None,
-            "evaluation_id": None,
-        }
-    ]
+    assert [m.agent_id for m in scheduled.members] == ["ort"]
+    assert scheduled.skipped == (
+        ExperimentGap(
+            reason="no online worker",
+            framework="pytorch",
+            model=None,
+            agent_id=None,
+            evaluation_id=None,
+        ),
+    )
 
     await store.append([experiment.compared(9)])
     done = await view(store, experiment)
     assert done.status == "compared"
-    comparison = done.compared()
+    comparison = done.comparison
     assert comparison is not None
     assert comparison.reference == experiment.member.evaluation_id
     assert (done.requested_at, done.updated_at) == (T0, T0 + timedelta(seconds=9))
@@ -174,7 +174,7 @@ async def test_an_experiments_first_outcome_stands(store: EventStore) -> None:
     assert (failed.status, failed.error, failed.comparison) == ("failed", "nothing to run", None)
     compared = await view(store, compared_first)
     assert (compared.status, compared.error) == ("compared", None)
-    assert compared.compared() is not None
+    assert compared.comparison is not None
 
 
 async def test_an_event_about_an_experiment_nobody_requested_makes_no_row(

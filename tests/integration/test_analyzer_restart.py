@@ -220,7 +220,7 @@ async def test_members_that_end_before_and_after_a_restart_are_compared_once(
 
     # Then the experiment is compared, with both members as they ended, once
     view = await eventually(experiment.compared)
-    comparison = view.compared()
+    comparison = view.comparison
     assert comparison is not None
     assert comparison.complete is True
     statuses = [(r.framework, r.status, r.error) for r in comparison.evaluations]
@@ -256,7 +256,7 @@ async def test_members_that_all_ended_before_a_restart_are_compared_on_start(
     # Then it compares the experiment, once, though the last outcome came both from the
     # store and from its queue
     view = await eventually(experiment.compared)
-    comparison = view.compared()
+    comparison = view.comparison
     assert comparison is not None
     assert comparison.complete is True
     assert [r.status for r in comparison.evaluations] == ["completed", "completed"]
@@ -275,7 +275,7 @@ async def test_a_restarted_analyzer_keeps_the_experiment_s_deadline(stack: Stack
 
     # Then at the deadline it compares what finished; the other member is missing
     view = await eventually(experiment.compared)
-    comparison = view.compared()
+    comparison = view.comparison
     assert comparison is not None
     assert comparison.complete is False
     assert [r.status for r in comparison.evaluations] == ["completed", "missing"]

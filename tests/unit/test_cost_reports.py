@@ -35,7 +35,7 @@ def document() -> ReportDocument:
 def report_of(measurement: EvaluationMeasured) -> ReportDocument:
     """The report of one completed evaluation with ``measurement``."""
     summary = summarize(measurement)
-    completed = view("completed", result=summary.model_dump(mode="json"))
+    completed = view("completed", result=summary)
     return ReportDocument(
         experiments=[],
         evaluations=[

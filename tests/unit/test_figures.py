@@ -127,7 +127,7 @@ def _view(
         attempts=1,
         trace_id="0" * 32,
         request=None,
-        result=summary.model_dump(mode="json"),
+        result=summary,
         error=None,
         requested_at=at,
         updated_at=at,

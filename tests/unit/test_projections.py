@@ -8,7 +8,6 @@ import itertools
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -27,6 +26,7 @@ from shared.messages import (
     ExperimentComparison,
     ExperimentFailed,
     ExperimentRequested,
+    LatencySummary,
     ModelRef,
     ParityTolerance,
     Payload,
@@ -92,9 +92,9 @@ def completed(at: float, p50_ms: float = 4.2) -> StoredEvent:
     return stored(EvaluationCompleted(evaluation_id=EVALUATION, result=latency(p50_ms)), at=at)
 
 
-def result_of(p50_ms: float) -> dict[str, Any]:
+def result_of(p50_ms: float) -> LatencySummary:
     """A completion's result as the read model keeps it."""
-    return latency(p50_ms).model_dump(mode="json")
+    return latency(p50_ms)
 
 
 def failed(at: float, reason: str = "agent a went offline") -> StoredEvent:
@@ -213,12 +213,12 @@ COMPARISON = ExperimentComparison(
             ["experiment.compared", "experiment.failed"],
             "compared",
             None,
-            COMPARISON.model_dump(mode="json"),
+            COMPARISON,
         ),
     ],
 )
 def test_an_experiments_first_outcome_stands(
-    outcomes: list[str], status: str, error: str | None, comparison: dict[str, Any] | None
+    outcomes: list[str], status: str, error: str | None, comparison: ExperimentComparison | None
 ) -> None:
     request = ExperimentRequested(experiment_id=EXPERIMENT, models=[ModelRef(model="digits-cnn")])
     events = [experiment_event(request, 0)]

@@ -63,7 +63,7 @@ def view(status: str, **fields: Any) -> EvaluationView:
 @pytest.fixture
 def document() -> ReportDocument:
     summary = summarize(measured(phase([float(i) for i in range(1, 101)])))
-    completed = view("completed", result=summary.model_dump(mode="json"))
+    completed = view("completed", result=summary)
     failed = view("failed", error="predictor: " + " ".join(HOSTILE))
     return ReportDocument(
         experiments=[],

@@ -58,7 +58,7 @@ class EvaluationDocument:
 
     @property
     def summary(self) -> LatencySummary | None:
-        return self.view.summary()
+        return self.view.result
 
     @property
     def request(self) -> Mapping[str, Any]:
@@ -86,7 +86,7 @@ class ExperimentDocument:
 
     @property
     def comparison(self) -> ExperimentComparison | None:
-        return self.view.compared()
+        return self.view.comparison
 
     @property
     def request(self) -> Mapping[str, Any]:
@@ -166,7 +166,7 @@ class Source:
         view = await self._store.get_experiment(experiment_id)
         if view is None:
             return None
-        planned = [uuid.UUID(str(m["evaluation_id"])) for m in view.members or []]
+        planned = view.member_ids
         found = {v.evaluation_id: v for v in await self._store.get_evaluations(planned)}
         members = [found[key] for key in planned if key in found]
         figures = await self._figures(members)

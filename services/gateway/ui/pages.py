@@ -174,7 +174,7 @@ async def evaluations_page(request: Request) -> HTMLResponse:
     )
     rows = []
     for view in views[:limit]:
-        summary = view.summary()
+        summary = view.result
         rows.append({"view": view, "summary": summary, "headline": _headline(summary)})
     return page(
         request,
@@ -203,7 +203,7 @@ async def experiments_page(request: Request) -> HTMLResponse:
     views = await context.store.list_experiments(
         limit=limit + 1, offset=offset, status=filters.status, model=filters.model
     )
-    rows = [{"view": v, "comparison": v.compared()} for v in views[:limit]]
+    rows = [{"view": v, "comparison": v.comparison} for v in views[:limit]]
     return page(
         request,
         "experiments.html",

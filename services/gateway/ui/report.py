@@ -285,7 +285,7 @@ def _experiment_markdown(experiment: ExperimentDocument) -> list[str]:
     lines.append("")
     rows = []
     for member in experiment.members:
-        summary = member.summary()
+        summary = member.result
         headline, throughput = headline_of(summary), throughput_of(summary)
         rows.append(
             [

@@ -214,7 +214,7 @@ def evaluation_charts(document: EvaluationDocument) -> dict[str, Spec]:
 def experiment_charts(document: ExperimentDocument) -> dict[str, Spec]:
     rows_latency, rows_throughput = [], []
     for member in document.members:
-        summary = member.summary()
+        summary = member.result
         if summary is None:
             continue
         label = document.label(member)
@@ -226,7 +226,7 @@ def experiment_charts(document: ExperimentDocument) -> dict[str, Spec]:
         rows_throughput.append(_bar(label, member.framework, throughput))
     drawn: dict[str, Spec] = {}
     if rows_latency:
-        first = next(s for m in document.members if (s := m.summary()) is not None)
+        first = next(s for m in document.members if (s := m.result) is not None)
         label = first.headline
         drawn["latency"] = charts.framework_bars(
             rows_latency, measure="latency", title=f"{label} latency", unit="ms"
@@ -323,7 +323,7 @@ def experiment_info(document: ExperimentDocument) -> dict[str, Any]:
     reference = None if comparison is None else comparison.reference
     rows = []
     for member in document.members:
-        summary = member.summary()
+        summary = member.result
         rows.append(
             {
                 "member": member,
