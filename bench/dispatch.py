@@ -4,6 +4,11 @@ Every service runs as its own process on the local RabbitMQ and PostgreSQL (loop
 evaluation is submitted only after the previous one finished, so the figure is the pipeline's
 latency (gateway -> registry -> scheduler -> registry -> worker), not queueing. "The worker
 starting" is the ``occurred_at`` of its ``evaluation.started`` event (same host, same clock).
+
+Where the time goes, from the events' own ``occurred_at`` (each set as its service publishes
+it): ``gateway`` from the POST to ``evaluation.requested``, ``scheduler`` from there to
+``evaluation.scheduled``, ``worker`` from there to ``evaluation.started`` (the job's hop, the
+worker's acceptance and its capture of the environment).
 """
 
 from __future__ import annotations
@@ -45,7 +50,13 @@ async def _measure(deployment: Deployment, evaluations: int) -> dict[str, Any]:
         channel = await connection.channel()
         events = await channel.get_exchange(f"{deployment.namespace}.events")
         watch = await channel.declare_queue(exclusive=True)
-        for key in ("evaluation.started", "evaluation.completed", "evaluation.failed"):
+        for key in (
+            "evaluation.requested",
+            "evaluation.scheduled",
+            "evaluation.started",
+            "evaluation.completed",
+            "evaluation.failed",
+        ):
             await watch.bind(events, key)
         inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
@@ -57,27 +68,32 @@ async def _measure(deployment: Deployment, evaluations: int) -> dict[str, Any]:
 
         to_started: list[float] = []
         to_accepted: list[float] = []
+        segments: dict[str, list[float]] = {"gateway": [], "scheduler": [], "worker": []}
         for i in range(WARMUP + evaluations):
             sent = time.time()
             response = await http.post("/v1/evaluations", json=body)
             accepted = time.time()
             evaluation_id = response.json()["id"]
-            started_at = None
+            at: dict[str, float] = {}
             while True:  # until this evaluation's outcome
                 event = await asyncio.wait_for(inbox.get(), 30)
                 if event["correlation_id"] != evaluation_id:
                     continue
-                if event["type"] == "evaluation.started":
-                    started_at = datetime.fromisoformat(event["occurred_at"]).timestamp()
-                elif event["type"] == "evaluation.failed":
+                kind = event["type"].removeprefix("evaluation.")
+                if kind == "failed":
                     raise RuntimeError(f"evaluation failed: {event['payload']['reason']}")
-                else:
+                if kind == "completed":
                     break
-            if i >= WARMUP and started_at is not None:
-                to_started.append((started_at - sent) * 1e3)
+                at[kind] = datetime.fromisoformat(event["occurred_at"]).timestamp()
+            if i >= WARMUP and len(at) == 3:
+                to_started.append((at["started"] - sent) * 1e3)
                 to_accepted.append((accepted - sent) * 1e3)
+                segments["gateway"].append((at["requested"] - sent) * 1e3)
+                segments["scheduler"].append((at["scheduled"] - at["requested"]) * 1e3)
+                segments["worker"].append((at["started"] - at["scheduled"]) * 1e3)
     return {
         "post_to_worker_started": percentiles(to_started),
         "post_to_202": percentiles(to_accepted),
-        "targets": {"p50_ms": 20, "p99_ms": 100},
+        "segments": {name: percentiles(values) for name, values in segments.items()},
+        "targets": {"p50_ms": 10, "p99_ms": 50},
     }

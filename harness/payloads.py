@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from shared.manifests import ModelManifest
 from shared.measurement import ScenarioResult, SingleStream, TimedPhase
 from shared.measurement.overhead import HarnessOverhead
 from shared.measurement.warmup import WarmupReport
 from shared.messages import LatencySummary
 
-__all__ = ["latency", "single_stream_run"]
+__all__ = ["latency", "model_manifest", "single_stream_run"]
+
+
+def model_manifest(name: str = "net", version: str = "1.0.0") -> ModelManifest:
+    """A small ONNX Runtime model's manifest (its file is not there: for what reads names)."""
+    return ModelManifest.model_validate(
+        {
+            "name": name,
+            "version": version,
+            "framework": {"name": "onnxruntime"},
+            "inputs": [{"name": "x", "shape": [-1, 4]}],
+            "outputs": [{"name": "y", "shape": [-1, 2]}],
+            "source": {"uri": "model.onnx", "sha256": "0" * 64},
+        }
+    )
 
 
 def latency(p50_ms: float = 4.2) -> LatencySummary:

@@ -13,10 +13,11 @@ from opentelemetry.trace import Tracer
 from starlette.requests import Request
 
 from services.gateway.progress import ProgressFeed
+from shared.artifacts.resolutions import Resolutions
 from shared.config import Settings
 from shared.errors import BrokerUnavailable
 from shared.eventstore import EventStore
-from shared.messages import Envelope, Payload, rpc_key
+from shared.messages import Envelope, Payload, ResolveArtifact, ResolvedArtifact, rpc_key
 from shared.messaging import Bus
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ask_registry",
     "context_of",
     "publish",
+    "resolve",
 ]
 
 # The longest an HTTP request waits for the broker to take a message. The broker's own
@@ -36,6 +38,11 @@ PUBLISH_BOUND_S = 2.0
 
 T = TypeVar("T")
 P = TypeVar("P", bound=Payload)
+
+# How long the registry's answer for a version constraint is kept. Registrations and
+# deprecations that this gateway makes or hears of forget it at once; the bound is for one
+# it never heard of (made while its link to the broker was down).
+RESOLUTION_KEPT_S = 30.0
 
 # Ids this gateway accepted, kept a while: a read of one that the recorder has not stored
 # yet waits for it (the client's next request after its POST), instead of a 404.
@@ -51,6 +58,7 @@ class GatewayContext:
     tracer: Tracer
     progress: ProgressFeed = field(default_factory=ProgressFeed)
     accepted: OrderedDict[uuid.UUID, None] = field(default_factory=OrderedDict)
+    resolutions: Resolutions = field(default_factory=lambda: Resolutions(ttl_s=RESOLUTION_KEPT_S))
 
     def remember_accepted(self, key: uuid.UUID) -> None:
         self.accepted[key] = None
@@ -102,6 +110,30 @@ async def ask_registry(
     its reply opened as ``answer``; ``max_bytes`` for a call larger than other messages (a
     registration's files)."""
     return await _ask(context, "registry", call, payload, answer, correlation_id, max_bytes)
+
+
+async def resolve(
+    context: GatewayContext,
+    kind: str,
+    name: str,
+    version: str,
+    *,
+    correlation_id: uuid.UUID | None = None,
+) -> ResolvedArtifact:
+    """The registry's answer to resolving ``kind`` ``name`` ``version``: from what this
+    gateway keeps (``Resolutions``), else asked, and kept."""
+    kept = context.resolutions.get(kind, name, version)
+    if kept is not None:
+        return kept
+    found = await ask_registry(
+        context,
+        "resolve",
+        ResolveArtifact(kind=kind, name=name, version=version),
+        ResolvedArtifact,
+        correlation_id=correlation_id,
+    )
+    context.resolutions.put(kind, name, version, found)
+    return found
 
 
 async def ask_analyzer(context: GatewayContext, call: str, payload: Payload, answer: type[P]) -> P:

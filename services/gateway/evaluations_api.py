@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from opentelemetry import trace
 
 from services.gateway.auth import UNAUTHORIZED, require_token
-from services.gateway.context import GatewayContext, ask_registry, context_of, publish
+from services.gateway.context import GatewayContext, context_of, publish, resolve
 from services.gateway.schemas import (
     ONE_EVALUATION_CONCURRENT,
     EvaluationAccepted,
@@ -36,8 +36,6 @@ from shared.messages import (
     EvaluationRequested,
     Framework,
     Hardware,
-    ResolveArtifact,
-    ResolvedArtifact,
     evaluation_stream,
 )
 from shared.telemetry import trace_id_hex
@@ -59,11 +57,16 @@ async def create_evaluation(
     body: EvaluationCreate, request: Request, context: Context
 ) -> EvaluationAccepted:
     evaluation_id = uuid.uuid4()
-    await _resolve(context, evaluation_id, "model", body.model, body.version, "version")
-    if body.dataset is not None:
-        await _resolve(
+    model_version = await _resolve(
+        context, evaluation_id, "model", body.model, body.version, "version"
+    )
+    dataset_version = (
+        None
+        if body.dataset is None
+        else await _resolve(
             context, evaluation_id, "dataset", body.dataset, body.dataset_version, "dataset"
         )
+    )
     await publish(
         context,
         Envelope.wrap(
@@ -78,6 +81,8 @@ async def create_evaluation(
                 scenario=body.scenario,
                 dataset=body.dataset,
                 dataset_version=body.dataset_version,
+                resolved_model_version=model_version,
+                resolved_dataset_version=dataset_version,
                 split=body.split,
                 requested_by="gateway",
                 trace_level=body.trace_level,
@@ -188,21 +193,17 @@ async def _resolve(
     name: str,
     version: str,
     version_field: str,
-) -> None:
-    """Refuse the request (422, naming the field) unless the registry knows the artifact."""
-    found = await ask_registry(
-        context,
-        "resolve",
-        ResolveArtifact(kind=kind, name=name, version=version),
-        ResolvedArtifact,
-        correlation_id=evaluation_id,
-    )
-    if found.error is not None:
+) -> str:
+    """The version the registry resolves ``version`` to; the request is refused (422, naming
+    the field) if it knows no such artifact or version."""
+    found = await resolve(context, kind, name, version, correlation_id=evaluation_id)
+    if found.manifest is None:
         field = kind if found.problem == "unknown" else version_field
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
             [{"loc": ["body", field], "msg": found.error, "type": "value_error"}],
         )
+    return found.manifest.version
 
 
 def evaluation_out(view: EvaluationView, settings: Settings) -> EvaluationOut:

@@ -175,6 +175,8 @@ async def register_model(request: Request, response: Response, context: Context)
         raise HTTPException(status.HTTP_409_CONFLICT, result.error)
     if result.manifest is None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, result.error)
+    # Whoever asks next for the newest version of it gets this one, not what was kept.
+    context.resolutions.forget(result.manifest.kind, result.manifest.name)
     if not result.created:
         response.status_code = status.HTTP_200_OK
     return Registered(created=result.created, manifest=result.manifest.model_dump(mode="json"))
@@ -194,6 +196,7 @@ async def deprecate_model(name: str, version: str, body: Deprecation, context: C
         DeprecateArtifact(name=name, version=version, reason=body.reason),
         DeprecationResult,
     )
+    context.resolutions.forget("model", name)  # constraints stop choosing it from now on
     if reply.error is not None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, reply.error)
 

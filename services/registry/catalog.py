@@ -125,7 +125,7 @@ class Catalog:
 
     def resolve(self, kind: str, name: str, constraint: str = "*") -> Manifest:
         """The highest version of ``name`` satisfying ``constraint``. Deprecated versions are
-        chosen only when pinned exactly (``==1.2.0``)."""
+        chosen only when pinned exactly (``==1.2.0``, or ``===1.2.0`` as services pin one)."""
         if (kind, name) not in self._entries:
             known = ", ".join(sorted(n for k, n in self._entries if k == kind)) or "none"
             raise UnknownArtifact(f"unknown {kind} {name!r}; registered {kind}s: {known}")
@@ -134,7 +134,7 @@ class Catalog:
         except ValueError as exc:
             raise ModelNotFound(str(exc)) from exc
         entries = self._sorted(kind, name)
-        pinned = constraint.strip().removeprefix("==").strip()
+        pinned = constraint.strip().removeprefix("===").removeprefix("==").strip()
         for entry in reversed(entries):
             if not matches(entry.manifest.version, constraint):
                 continue

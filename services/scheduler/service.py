@@ -38,6 +38,7 @@ from services.scheduler.experiments import Resolved, plan_experiment
 from services.scheduler.losses import Losses
 from services.scheduler.recovery import in_flight
 from services.scheduler.running import RunningJobs
+from shared.artifacts.resolutions import Resolutions, exactly
 from shared.errors import ConfigurationError, DlscopeError, InvalidMessage, StoreUnavailable
 from shared.eventstore import EventStore
 from shared.manifests import DatasetManifest, Manifest, ModelManifest
@@ -102,6 +103,9 @@ class SchedulerService:
         # This instance's own link to the broker went down and it has not yet made up for
         # what it could not hear meanwhile (``_hearing_again``).
         self._deaf = False
+        # Exact versions only (a constraint's answer changes with registrations, which the
+        # scheduler does not follow): what the gateway pinned, asked once.
+        self._resolutions = Resolutions(ttl_s=0)
 
     async def start(self) -> None:
         await self._bus.start()
@@ -373,7 +377,12 @@ class SchedulerService:
 
     async def _schedule(self, request: EvaluationRequested, envelope: Envelope) -> None:
         """Resolve the request's model and dataset, then publish what ``decisions`` decides."""
-        resolved = await self._resolve(envelope, "model", request.model, request.model_version)
+        resolved = await self._resolve(
+            envelope,
+            "model",
+            request.model,
+            _asked(request.model_version, request.resolved_model_version),
+        )
         model = checked_model(request, resolved)
         if isinstance(model, Refusal):
             await self._fail(envelope, model.stage, model.reason)
@@ -381,7 +390,10 @@ class SchedulerService:
         dataset: DatasetManifest | None = None
         if request.dataset is not None:
             found = await self._resolve(
-                envelope, "dataset", request.dataset, request.dataset_version
+                envelope,
+                "dataset",
+                request.dataset,
+                _asked(request.dataset_version, request.resolved_dataset_version),
             )
             checked = checked_dataset(request, found)
             if isinstance(checked, Refusal):
@@ -401,11 +413,15 @@ class SchedulerService:
         if isinstance(decided, Refusal):
             await self._fail(envelope, decided.stage, decided.reason)
             return
-        await self._bus.publish(envelope.caused(decided.scheduled, producer=self.name))
-        await self._bus.publish(
-            envelope.caused(decided.job, producer=self.name),
-            exchange=self._bus.topology.jobs,
-            routing_key=decided.routing_key,
+        # Together: each waits for the broker's confirm, and the worker need not wait for the
+        # event's before it gets its job (the read models take the two in either order).
+        await asyncio.gather(
+            self._bus.publish(
+                envelope.caused(decided.job, producer=self.name),
+                exchange=self._bus.topology.jobs,
+                routing_key=decided.routing_key,
+            ),
+            self._bus.publish(envelope.caused(decided.scheduled, producer=self.name)),
         )
         self._watch(envelope)
 
@@ -480,7 +496,11 @@ class SchedulerService:
         await self._bus.publish(envelope.caused(failed, producer=self.name))
 
     async def _resolve(self, cause: Envelope, kind: str, name: str, version: str) -> Manifest | str:
-        """The registry's manifest for ``kind`` ``name`` ``version``, or why there is none."""
+        """The registry's manifest for ``kind`` ``name`` ``version``, or why there is none; an
+        exact version's from what this scheduler keeps, once asked."""
+        kept = self._resolutions.get(kind, name, version)
+        if kept is not None and kept.manifest is not None:
+            return kept.manifest
         found = await self._bus.ask(
             rpc_key("registry", "resolve"),
             # A fresh id per call (not one derived from the cause: two calls of one type would
@@ -495,6 +515,7 @@ class SchedulerService:
             ResolvedArtifact,
             timeout=self._settings.rpc_timeout_s,
         )
+        self._resolutions.put(kind, name, version, found)
         if found.manifest is not None:
             return found.manifest
         return found.error or f"no {kind} {name!r} in the registry"
@@ -505,3 +526,9 @@ class SchedulerService:
         )
         assert failed is not None, "a request always names its evaluation"
         await self._bus.publish(failed)
+
+
+def _asked(constraint: str, resolved: str | None) -> str:
+    """What to resolve: the version the request was accepted with, exactly, where the gateway
+    pinned one (an immutable answer, kept); else the request's own constraint."""
+    return constraint if resolved is None else exactly(resolved)

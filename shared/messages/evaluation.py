@@ -93,6 +93,18 @@ class EvaluationRequested(Payload):
     dataset_version: str = Field(
         default="*", max_length=MAX_NAME, description="dataset version constraint"
     )
+    resolved_model_version: str | None = Field(
+        default=None,
+        max_length=MAX_NAME,
+        description="the version model_version resolved to when the request was accepted (the "
+        "gateway sets it): that version is scheduled, so the evaluation runs what the 202 "
+        "promised; without it the scheduler resolves model_version itself",
+    )
+    resolved_dataset_version: str | None = Field(
+        default=None,
+        max_length=MAX_NAME,
+        description="likewise, the version dataset_version resolved to",
+    )
     split: str | None = Field(
         default=None, max_length=MAX_NAME, description="one split of the dataset, e.g. test"
     )

@@ -3,6 +3,7 @@ embedded stack (memory broker, SQLite) and on RabbitMQ + PostgreSQL."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,11 +15,13 @@ from harness.deployment import purge_namespace
 from harness.squeezenet import SQUEEZENET_PKG as SQUEEZENET
 from harness.squeezenet import SQUEEZENET_SHA
 from harness.waiting import eventually
+from services.gateway.context import RESOLUTION_KEPT_S
 from services.recorder import RecorderService
 from services.registry import RegistryService
 from shared.eventstore import EventStore
 from shared.eventstore.migrate import upgrade
 from shared.manifests import load_manifests
+from shared.messages import Envelope, RegisterArtifact, RegistrationResult
 from shared.messaging import create_broker
 from shared.runtime import Runtime
 from shared.telemetry import Telemetry
@@ -121,6 +124,38 @@ async def test_a_body_that_is_neither_json_nor_yaml_is_refused(stack: Stack) -> 
         "/v1/models", content=b"name=x", headers={"content-type": "text/plain"}
     )
     assert response.status_code == 415
+
+
+async def test_a_version_registered_after_an_evaluation_is_the_next_ones_newest(
+    stack: Stack,
+) -> None:
+    """The gateway keeps what "*" resolved to, for dispatch's sake; a registration, through
+    this gateway or straight through the broker, is seen by the very next request."""
+    assert (await stack.http.post("/v1/models", json=manifest())).status_code == 201
+    assert (await stack.evaluate("my-net"))["model_version"] == "1.0.0"
+
+    # Registered through the gateway: the next request resolves it
+    assert (await stack.http.post("/v1/models", json=manifest(version="1.1.0"))).status_code == 201
+    assert (await stack.evaluate("my-net"))["model_version"] == "1.1.0"
+
+    # Registered by a client of the broker: the gateway hears of it, well before its bound
+    bus = stack.runtime.bus("test")
+    await bus.start()
+    try:
+        call = Envelope.wrap(
+            RegisterArtifact(manifest=manifest(version="1.2.0")),
+            stream_id="registry",
+            correlation_id=uuid.uuid4(),
+        )
+        reply = await bus.request("rpc.registry.register", call, timeout=10)
+    finally:
+        await bus.stop()
+    assert reply.open(RegistrationResult).created
+
+    async def newest_chosen() -> bool:
+        return (await stack.evaluate("my-net"))["model_version"] == "1.2.0"
+
+    await eventually(newest_chosen, timeout=RESOLUTION_KEPT_S / 3)
 
 
 async def test_a_deprecated_version_is_chosen_only_when_pinned(stack: Stack) -> None:

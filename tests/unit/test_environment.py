@@ -4,6 +4,7 @@ of every evaluation, which is read at the evaluation's start and so must stay ch
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -261,3 +262,15 @@ def test_a_framework_process_measuring_now_is_named_and_one_idle_now_is_not(
     assert finished.pid not in busy
     assert stranger.pid in busy  # busy in the window too, and not ours: named
     assert "dlscope" not in busy[stranger.pid]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc on this system")
+def test_the_processes_read_from_proc_are_those_psutil_reads() -> None:
+    """The start of every evaluation reads /proc itself (psutil costs milliseconds there);
+    both readings must agree on who runs and what it used."""
+    direct = {pid: (name, used) for pid, name, used, _ in env._processes()}
+    portable = {pid: (name, used) for pid, name, used, _ in env._processes(Path("/no/proc"))}
+    me = os.getpid()
+    assert direct[me][0] == portable[me][0]
+    assert abs(direct[me][1] - portable[me][1]) < 1.0  # CPU seconds, read a moment apart
+    assert len(direct.keys() & portable.keys()) >= 0.9 * len(portable)
