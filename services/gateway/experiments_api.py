@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from services.gateway.auth import UNAUTHORIZED, require_token
-from services.gateway.context import GatewayContext, ask_registry, context_of, publish
+from services.gateway.context import GatewayContext, context_of, publish, resolve
 from services.gateway.schemas import Limit, NotFound, Offset, Unreadable
 from shared.errors import ModelNotFound
 from shared.eventstore import EvaluationView, ExperimentStatus, ExperimentView
@@ -40,8 +40,6 @@ from shared.messages import (
     Hardware,
     ModelRef,
     ParityTolerance,
-    ResolveArtifact,
-    ResolvedArtifact,
     Scenario,
     experiment_models,
     experiment_stream,
@@ -257,13 +255,7 @@ async def _resolve(
     context: GatewayContext, experiment_id: uuid.UUID, kind: str, name: str, version: str
 ) -> Manifest | str:
     """The manifest, or the registry's reason there is none."""
-    found = await ask_registry(
-        context,
-        "resolve",
-        ResolveArtifact(kind=kind, name=name, version=version),
-        ResolvedArtifact,
-        correlation_id=experiment_id,
-    )
+    found = await resolve(context, kind, name, version, correlation_id=experiment_id)
     return found.manifest or found.error or f"no {kind} {name!r} in the registry"
 
 

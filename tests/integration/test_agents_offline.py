@@ -18,13 +18,11 @@ import pytest
 
 from dlscope.embedded import all_services
 from harness.deployment import purge_namespace
+from harness.payloads import single_stream_run
 from harness.waiting import evaluation_outcome, eventually
 from services.scheduler import SchedulerService
 from shared.config import Settings
 from shared.eventstore import EvaluationView, EventStore, StoredEvent
-from shared.measurement import ScenarioResult, SingleStream, TimedPhase
-from shared.measurement.overhead import HarnessOverhead
-from shared.measurement.warmup import WarmupReport
 from shared.messages import (
     AgentHeartbeat,
     AgentOnline,
@@ -207,31 +205,7 @@ class Worker:
             agent_id=self.agent_id,
             attempt=attempt,
             load_ns=1_000_000,
-            run=ScenarioResult(
-                scenario=SingleStream(),
-                sample_count=1,
-                phases=(
-                    TimedPhase(
-                        samples_per_query=1,
-                        first_query_ns=3_000_000,
-                        warmup=WarmupReport(
-                            latencies_ns=(2_000_000,) * 3,
-                            window_queries=3,
-                            window_medians_ns=(2e6,),
-                            threshold=0.05,
-                            steady=False,
-                            decided_by="max_windows",
-                            duration_ns=6_000_000,
-                        ),
-                        latencies_ns=(2_000_000, 2_100_000, 2_300_000),
-                        duration_ns=6_400_000,
-                        overhead=HarnessOverhead(
-                            per_query_ns=0.0, timer_floor_ns=100.0, method="none"
-                        ),
-                        stopped_by="minimums",
-                    ),
-                ),
-            ),
+            run=single_stream_run(),
         )
         key = attempt_key(attempt)
         await self.stack.bus.publish(job.caused(measured, producer="worker", key=key))

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from harness.payloads import model_manifest
 from services.registry import Catalog
 from shared.errors import ModelNotFound
 from shared.manifests import ModelManifest
 
 
 def manifest(name: str, version: str) -> ModelManifest:
-    return ModelManifest.model_validate(
-        {
-            "name": name,
-            "version": version,
-            "framework": {"name": "onnxruntime"},
-            "inputs": [{"name": "x", "shape": [-1, 4]}],
-            "outputs": [{"name": "y", "shape": [-1, 2]}],
-            "source": {"uri": "model.onnx", "sha256": "0" * 64},
-        }
-    )
+    return model_manifest(name, version)
 
 
 def catalog_of(*manifests: ModelManifest) -> Catalog:
