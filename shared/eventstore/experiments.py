@@ -46,22 +46,19 @@ def experiment_key(event: StoredEvent) -> uuid.UUID | None:
 def evolve_experiment(current: ExperimentView | None, event: StoredEvent) -> ExperimentView | None:
     """The experiment after ``event`` (``current`` is None for one not seen before); None
     while it has not been requested."""
-    payload = read_as(event, _EVENTS)
-    if payload is None:
-        raise ValueError(f"event {event.event_id} ({event.type}) is about no experiment")
     return evolve_rooted(
         current,
         event,
-        payload,
+        classes=_EVENTS,
         root=EXPERIMENT_ROOT,
         handlers=_HANDLERS,
-        new=partial(_new_experiment, payload.experiment_id, event),
+        new=partial(_new_experiment, event),
     )
 
 
-def _new_experiment(key: uuid.UUID, event: StoredEvent) -> ExperimentView:
+def _new_experiment(event: StoredEvent, payload: ExperimentEvent) -> ExperimentView:
     return ExperimentView(
-        experiment_id=key,
+        experiment_id=payload.experiment_id,
         status="requested",
         model=None,
         trace_id=event.trace_id,

@@ -123,22 +123,19 @@ def evaluation_key(event: StoredEvent) -> uuid.UUID | None:
 def evolve_evaluation(current: EvaluationView | None, event: StoredEvent) -> EvaluationView | None:
     """The evaluation after ``event`` (``current`` is None for one not seen before); None
     while it has not been requested (``fold`` tells how a request that comes late is folded)."""
-    payload = read_as(event, _EVALUATION_EVENTS)
-    if payload is None:
-        raise ValueError(f"event {event.event_id} ({event.type}) is about no evaluation")
     return evolve_rooted(
         current,
         event,
-        payload,
+        classes=_EVALUATION_EVENTS,
         root=EVALUATION_ROOT,
         handlers=_EVALUATION_HANDLERS,
-        new=partial(_new_evaluation, payload.evaluation_id, event),
+        new=partial(_new_evaluation, event),
     )
 
 
-def _new_evaluation(key: uuid.UUID, event: StoredEvent) -> EvaluationView:
+def _new_evaluation(event: StoredEvent, payload: EvaluationEvent) -> EvaluationView:
     return EvaluationView(
-        evaluation_id=key,
+        evaluation_id=payload.evaluation_id,
         status="requested",
         model=None,
         model_version=None,

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from shared.eventstore.payloads import read_as
 from shared.eventstore.views import EvaluationView, ExperimentView, StoredEvent
 from shared.messages import Payload
 
@@ -17,6 +18,7 @@ __all__ = ["Changes", "Handlers", "advance", "evolve_rooted"]
 Changes = dict[str, Any]
 R = TypeVar("R", EvaluationView, ExperimentView)
 S = TypeVar("S", bound=str)
+P = TypeVar("P", bound=Payload)
 # Each handler takes the row, the event and its payload as the handler's own payload class.
 Handlers = Mapping[type[Payload], Callable[[R, StoredEvent, Any], Changes]]
 
@@ -24,19 +26,24 @@ Handlers = Mapping[type[Payload], Callable[[R, StoredEvent, Any], Changes]]
 def evolve_rooted(
     current: R | None,
     event: StoredEvent,
-    payload: Payload,
     *,
+    classes: Mapping[str, type[P]],
     root: type[Payload],
     handlers: Handlers[R],
-    new: Callable[[], R],
+    new: Callable[[P], R],
 ) -> R | None:
-    """The row after ``event`` (whose payload, read, is ``payload``): None while its ``root``
-    has not come (``new`` makes the row the root starts from); else the handler's changes,
-    with ``updated_at`` and ``last_position`` the greater of the row's and the event's (a
-    late root folds in the events that came before it)."""
+    """The row after ``event``, read as one of ``classes`` (ValueError if it is none of
+    them): None while its ``root`` has not come (``new`` makes the row the root starts from,
+    out of the event's payload); else the handler's changes, with ``updated_at`` and
+    ``last_position`` the greater of the row's and the event's (a late root folds in the
+    events that came before it)."""
+    payload = read_as(event, classes)
+    if payload is None:
+        kind = root.TYPE.partition(".")[0]  # the rows' own: evaluation, experiment
+        raise ValueError(f"event {event.event_id} ({event.type}) is about no {kind}")
     if current is None and not isinstance(payload, root):
         return None
-    row = current or new()
+    row = current or new(payload)
     changes = handlers[type(payload)](row, event, payload)
     return replace(
         row,
