@@ -38,9 +38,9 @@ class InProcessServer:
         self._serving: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._serving = asyncio.create_task(self._server.serve(), name=self._name)
+        self._serving = asyncio.create_task(self._serve(), name=self._name)
         while not self._server.started:
-            if self._serving.done():  # e.g. the address is taken: surface uvicorn's error
+            if self._serving.done():  # the address is taken, say: uvicorn has logged why
                 await self._serving
                 raise ConfigurationError(
                     f"the {self._name} could not listen on {self.host}:{self.port} "
@@ -49,6 +49,15 @@ class InProcessServer:
             await asyncio.sleep(0.01)
         if self.port == 0:
             self.port = self._server.servers[0].sockets[0].getsockname()[1]
+
+    async def _serve(self) -> None:
+        try:
+            await self._server.serve()
+        except SystemExit:
+            # uvicorn exits when it cannot listen. Out of a task, SystemExit stops the event
+            # loop at once, with every other service of the process and a traceback; here it
+            # ends this task, and start() names the setting to change.
+            return
 
     async def stop(self) -> None:
         if self._serving is not None:
