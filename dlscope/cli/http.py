@@ -264,9 +264,9 @@ def registration(manifest: Manifest) -> tuple[dict[str, Any], dict[str, Path]]:
 
     body = manifest.model_dump(mode="json")
     if isinstance(manifest, ModelManifest):
-        body["source"] = uploaded(manifest.source).model_dump(mode="json", exclude_none=True)
-        if manifest.weights is not None:
-            body["weights"] = uploaded(manifest.weights).model_dump(mode="json", exclude_none=True)
+        for role, source in manifest.sources.items():
+            field = "source" if role == "graph" else role  # weights, tokenizer
+            body[field] = uploaded(source).model_dump(mode="json", exclude_none=True)
         for output in body["outputs"]:
             for step in output["steps"]:
                 if isinstance(step.get("labels"), str):

@@ -17,13 +17,13 @@ import logging
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
-__all__ = ["OPSET", "export_onnx", "export_torchscript"]
+__all__ = ["OPSET", "export_onnx", "export_torchscript", "load_torchscript"]
 
 # Opset 18: the lowest the torch.export-based exporter writes without converting down, and
 # run by onnxruntime since 1.14.
@@ -57,7 +57,22 @@ def _torchscript_allowed() -> Iterator[None]:
         yield
 
 
-def _holds(path: Path, model: nn.Module, example: torch.Tensor) -> bool:
+# One example tensor, or one per input of a model that takes several (a text encoder's ids,
+# mask and token types).
+Example = torch.Tensor | tuple[torch.Tensor, ...]
+
+
+def _args(example: Example) -> tuple[torch.Tensor, ...]:
+    return example if isinstance(example, tuple) else (example,)
+
+
+def load_torchscript(path: Path) -> torch.jit.ScriptModule:
+    """The TorchScript file at ``path``, loaded to check what it computes."""
+    with _torchscript_allowed():
+        return torch.jit.load(str(path))  # type: ignore[no-untyped-call,no-any-return]
+
+
+def _holds(path: Path, model: nn.Module, example: Example) -> bool:
     """Whether the TorchScript file at ``path`` is ``model``: same weights, same outputs."""
     try:
         with _torchscript_allowed():
@@ -68,10 +83,12 @@ def _holds(path: Path, model: nn.Module, example: torch.Tensor) -> bool:
     if ours.keys() != theirs.keys() or not all(torch.equal(ours[k], theirs[k]) for k in ours):
         return False
     with torch.inference_mode():
-        return bool(torch.allclose(saved(example), model(example), rtol=0, atol=1e-6))
+        return bool(
+            torch.allclose(saved(*_args(example)), model(*_args(example)), rtol=0, atol=1e-6)
+        )
 
 
-def export_torchscript(model: nn.Module, example: torch.Tensor, path: Path) -> None:
+def export_torchscript(model: nn.Module, example: Example, path: Path) -> None:
     """``model`` traced with ``example`` and saved with ``torch.jit.save``; an existing file
     that holds the same model is kept as it is."""
     if path.exists() and _holds(path, model, example):
@@ -79,7 +96,7 @@ def export_torchscript(model: nn.Module, example: torch.Tensor, path: Path) -> N
 
     def produce(staged: Path) -> None:
         with _torchscript_allowed():
-            traced = torch.jit.trace(model, example)  # type: ignore[no-untyped-call]
+            traced = torch.jit.trace(model, _args(example))  # type: ignore[no-untyped-call]
             torch.jit.save(traced, str(staged))
 
     _write(path, produce)
@@ -99,9 +116,19 @@ def _quiet_registration() -> Iterator[None]:
 
 
 def export_onnx(
-    model: nn.Module, example: torch.Tensor, path: Path, *, input_name: str, output_name: str
+    model: nn.Module,
+    example: Example,
+    path: Path,
+    *,
+    input_name: str | Sequence[str],
+    output_name: str,
+    dynamic: Sequence[str] = ("batch",),
 ) -> None:
-    """``model`` as one self-contained ONNX file whose first (batch) dimension is dynamic."""
+    """``model`` as one self-contained ONNX file whose leading dimensions, named by
+    ``dynamic`` (the batch; a text model's sequence too), are set at run time. Every input
+    shares those dimensions."""
+    names = [input_name] if isinstance(input_name, str) else list(input_name)
+    dims = {axis: torch.export.Dim(name) for axis, name in enumerate(dynamic)}
 
     def produce(staged: Path) -> None:
         with _quiet_registration(), warnings.catch_warnings():
@@ -110,19 +137,24 @@ def export_onnx(
             warnings.filterwarnings(
                 "ignore", message=r"`isinstance\(treespec, LeafSpec\)`", category=FutureWarning
             )
+            # Inputs that share a dimension (a text model's ids and mask share batch and
+            # sequence) make the exporter say it names the shared axis once.
+            warnings.filterwarnings(
+                "ignore", message=r"# The axis name: .* will not be used", category=UserWarning
+            )
             # The torch.export-based exporter (the default since torch 2.9; the TorchScript one
             # is deprecated). external_data=False keeps the weights inside the one file the
             # manifest pins, rather than in a .data file beside it.
             torch.onnx.export(
                 model,
-                (example,),
+                _args(example),
                 str(staged),
                 dynamo=True,
                 external_data=False,
                 opset_version=OPSET,
-                input_names=[input_name],
+                input_names=names,
                 output_names=[output_name],
-                dynamic_shapes=({0: torch.export.Dim("batch")},),
+                dynamic_shapes=tuple(dims for _ in names),
                 verbose=False,
             )
 

@@ -10,6 +10,10 @@ the two models name them differently but have as many). For each output:
 - the output is within tolerance when ``max_abs_error <= atol * max(1, scale)`` and both
   have NaN and infinities in the same places.
 
+``min_cosine`` is the smallest cosine similarity between the two outputs of one sample, over
+the samples whose values the fingerprints hold whole (an embedding's quality against the
+reference framework's).
+
 Top-1 agreement is the fraction of samples, over every output that has a batch dimension,
 whose largest value is at the same index. The pair is within tolerance when every output is
 and the agreement reaches ``min_top1_agreement``.
@@ -31,6 +35,7 @@ __all__ = ["compare_outputs"]
 class _OutputParity:
     max_abs_error: float
     max_rel_error: float
+    min_cosine: float | None
     problem: str | None
 
 
@@ -74,6 +79,7 @@ def compare_outputs(
     agreement = agree / total if total else None
 
     problems = [o.problem for o in outputs if o.problem is not None]
+    cosines = [o.min_cosine for o in outputs if o.min_cosine is not None]
     if agreement is not None and agreement < tolerance.min_top1_agreement:
         problems.append(
             f"top-1 agrees on {agree} of {total} samples "
@@ -86,6 +92,7 @@ def compare_outputs(
         max_abs_error=max(o.max_abs_error for o in outputs),
         max_rel_error=max(o.max_rel_error for o in outputs),
         top1_agreement=agreement,
+        min_cosine=min(cosines) if cosines else None,
         bitwise_identical=all(ours.sha256 == theirs.sha256 for ours, theirs in pairs),
         within_tolerance=not problems,
         reason="; ".join(problems) or None,
@@ -126,7 +133,24 @@ def _compare(ours: OutputSample, theirs: OutputSample, tolerance: ParityToleranc
             f"output {ours.name!r} has NaN or infinities where the other does not "
             f"({special_mismatches} values)"
         )
-    return _OutputParity(max_abs, max_rel, "; ".join(problems) or None)
+    return _OutputParity(max_abs, max_rel, _min_cosine(ours, a, b), "; ".join(problems) or None)
+
+
+def _min_cosine(output: OutputSample, a: np.ndarray, b: np.ndarray) -> float | None:
+    """Over the samples (rows of the batch) held whole in both, where neither is all zeros."""
+    if len(output.shape) < 2 or output.shape[0] == 0:
+        return None
+    width = int(np.prod(output.shape[1:]))
+    rows = len(a) // width if width else 0
+    if rows == 0:
+        return None
+    x, y = a[: rows * width].reshape(rows, width), b[: rows * width].reshape(rows, width)
+    norms = np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1)
+    usable = (norms > 0) & np.isfinite(norms)
+    if not usable.any():
+        return None
+    cosines = np.sum(x[usable] * y[usable], axis=1) / norms[usable]
+    return float(np.min(cosines))
 
 
 def _describe(fingerprint: OutputFingerprint) -> str:

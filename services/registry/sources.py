@@ -96,11 +96,12 @@ def _with_sources(
     manifest: Manifest, admitted: Callable[[str, ModelSource], ModelSource]
 ) -> Manifest:
     if isinstance(manifest, ModelManifest):
-        weights = manifest.weights
+        weights, tokenizer = manifest.weights, manifest.tokenizer
         return manifest.model_copy(
             update={
                 "source": admitted("source", manifest.source),
                 "weights": None if weights is None else admitted("weights", weights),
+                "tokenizer": None if tokenizer is None else admitted("tokenizer", tokenizer),
             }
         )
     if isinstance(manifest, DatasetManifest) and manifest.source.file is not None:

@@ -311,8 +311,11 @@ class JobRunner:
         if unsupported is not None:
             return "validation", unsupported
         await tell(Step("fetching the model"))
+        tokenizer = job.manifest.tokenizer
         try:
             path = await asyncio.to_thread(self._artifacts.fetch, job.manifest.source)
+            if tokenizer is not None:
+                tokenizer_path = await asyncio.to_thread(self._artifacts.fetch, tokenizer)
         except ArtifactError as exc:
             return "artifact", str(exc)
         try:
@@ -322,6 +325,7 @@ class JobRunner:
                     job,
                     str(path),
                     str(self._results_dir / str(job.evaluation_id)),
+                    None if tokenizer is None else str(tokenizer_path),
                     on_step=tell,
                 )
         except DeviceBusy as exc:

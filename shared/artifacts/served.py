@@ -88,6 +88,9 @@ def served_manifest(manifest: Served, base_url: str) -> Served:
         changes: dict[str, ModelSource | DatasetSource | None] = {
             "source": _served(manifest.source, base_url),
             "weights": None if manifest.weights is None else _served(manifest.weights, base_url),
+            "tokenizer": (
+                None if manifest.tokenizer is None else _served(manifest.tokenizer, base_url)
+            ),
         }
         return manifest.model_copy(update=changes)
     source = manifest.source

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from shared.datasets.dlscope_text import DlscopeText
 from shared.datasets.provider import BuiltinData, Provider
 from shared.datasets.scikit_image import ScikitImage
 from shared.datasets.scikit_learn import ScikitLearn
@@ -15,7 +16,7 @@ __all__ = ["PROVIDERS", "BuiltinData", "Provider", "load_builtin"]
 # Fixed rather than discovered from entry points: a built-in data set is pinned by a
 # package dlscope itself depends on, so the list changes only with dlscope's dependencies.
 PROVIDERS: Mapping[str, Provider] = MappingProxyType(
-    {"sklearn": ScikitLearn(), "skimage": ScikitImage()}
+    {"sklearn": ScikitLearn(), "skimage": ScikitImage(), "dlscope": DlscopeText()}
 )
 
 

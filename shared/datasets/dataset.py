@@ -11,9 +11,10 @@ from numpy.typing import NDArray
 
 __all__ = ["Dataset", "Sample"]
 
-# An array (element: {shape, element_type}) or the bytes of an encoded image file
-# (element: {encoding: png | jpeg}), as the pre-processing steps take them.
-Sample = NDArray[Any] | bytes
+# An array (element: {shape, element_type}), the bytes of an encoded image file
+# (element: {encoding: png | jpeg}) or a text (element: {encoding: text}), as the
+# pre-processing steps take them.
+Sample = NDArray[Any] | bytes | str
 
 
 # eq=False: numpy arrays do not compare to one bool; a data set is compared by its ref.

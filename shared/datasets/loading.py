@@ -79,8 +79,16 @@ def split_indices(manifest: DatasetManifest, split: str | None) -> tuple[int, ..
     return tuple(chosen)
 
 
-def _as_declared(manifest: DatasetManifest, number: int, array: NDArray[Any]) -> Sample:
+def _as_declared(manifest: DatasetManifest, number: int, array: NDArray[Any] | str) -> Sample:
     element = manifest.element
+    if isinstance(array, str) or element.encoding == "text":
+        if not isinstance(array, str) or element.encoding != "text":
+            kind = "a text" if isinstance(array, str) else "an array"
+            raise ArtifactError(
+                f"{manifest.ref}: sample {number} is {kind} but the manifest declares "
+                f"{'a text' if element.encoding == 'text' else 'arrays or images'}"
+            )
+        return array
     if element.shape is not None and not _fits(array.shape, element.shape):
         raise ArtifactError(
             f"{manifest.ref}: sample {number} has shape {list(array.shape)} but the manifest "

@@ -14,12 +14,13 @@ __all__ = ["BuiltinData", "Provider"]
 
 @dataclass(frozen=True, eq=False)
 class BuiltinData:
-    """Every sample of a built-in data set, in its package's order, as arrays.
+    """Every sample of a built-in data set, in its package's order, as arrays (texts, for a
+    text data set).
 
     ``labels`` holds one class index per sample, or is None for unlabelled data.
     """
 
-    samples: Sequence[NDArray[Any]]
+    samples: Sequence[NDArray[Any]] | Sequence[str]
     labels: NDArray[np.int64] | None = None
 
 

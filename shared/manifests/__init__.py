@@ -37,6 +37,7 @@ from shared.manifests.steps import (
     ResizeMethod,
     ResizeStep,
     SoftmaxStep,
+    TokenizeStep,
     TopKStep,
 )
 from shared.manifests.versions import matches, parse_constraint, parse_version
@@ -79,6 +80,7 @@ __all__ = [
     "SoftmaxStep",
     "SplitRange",
     "TensorSpec",
+    "TokenizeStep",
     "TopKStep",
     "installed_steps",
     "load_manifest",

@@ -58,11 +58,12 @@ Split = Annotated[
 
 
 class SampleSpec(Strict):
-    """One sample: an array (``shape`` and ``element_type``) or an encoded image file."""
+    """One sample: an array (``shape`` and ``element_type``), an encoded image file, or a
+    text (``encoding: text``, UTF-8, what a tokenize step takes)."""
 
     shape: list[int] | None = Field(default=None, min_length=1, max_length=MAX_ITEMS)
     element_type: ElementType | None = None
-    encoding: Literal["png", "jpeg"] | None = None
+    encoding: Literal["png", "jpeg", "text"] | None = None
 
     _dims = field_validator("shape")(check_dims)
 
@@ -72,6 +73,8 @@ class SampleSpec(Strict):
             raise ValueError("give element_type (an array) or encoding (an image file)")
         if self.element_type is not None and self.shape is None:
             raise ValueError("an array sample needs its shape")
+        if self.encoding == "text" and self.shape is not None:
+            raise ValueError("a text sample has no shape")
         return self
 
 

@@ -16,7 +16,7 @@ from shared.manifests.fields import (
 )
 from shared.manifests.pipeline import check_input_steps, check_output_steps
 from shared.manifests.sources import ModelSource
-from shared.manifests.steps import InputStep, OutputStep
+from shared.manifests.steps import InputStep, OutputStep, TokenizeStep
 from shared.manifests.versions import parse_constraint
 
 __all__ = [
@@ -113,6 +113,8 @@ class ModelManifest(Versioned):
     source: ModelSource
     # Weights kept in a file of their own, for formats that split them from the graph.
     weights: ModelSource | None = None
+    # A text model's tokenizer (a Hugging Face tokenizer.json), which its tokenize steps use.
+    tokenizer: ModelSource | None = None
     hardware: HardwareHints | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
 
@@ -124,6 +126,32 @@ class ModelManifest(Versioned):
         if twice:
             raise ValueError(f"tensor names must be unique, repeated: {', '.join(twice)}")
         return value
+
+    @model_validator(mode="after")
+    def _tokenizer_given(self) -> ModelManifest:
+        for i, spec in enumerate(self.inputs):
+            if self.tokenizer is None and any(isinstance(s, TokenizeStep) for s in spec.steps):
+                raise ValueError(
+                    f"inputs.{i}.steps: tokenize needs the model's tokenizer: add "
+                    "tokenizer: {uri: <tokenizer.json>, sha256: <its digest>}"
+                )
+        if self.tokenized:
+            # One text makes every input (ids, mask, types): an input without a tokenize
+            # step would get the text itself.
+            for i, spec in enumerate(self.inputs):
+                if not spec.steps or not isinstance(spec.steps[0], TokenizeStep):
+                    raise ValueError(
+                        f"inputs.{i}.steps: a text model makes every input from its texts: "
+                        "start these steps with tokenize too"
+                    )
+        return self
+
+    @property
+    def tokenized(self) -> bool:
+        """Whether the model takes text: its inputs are made by tokenize steps."""
+        return any(
+            isinstance(step, TokenizeStep) for spec in self.inputs for step in spec.steps[:1]
+        )
 
     @field_validator("attributes")
     @classmethod
@@ -153,10 +181,13 @@ class ModelManifest(Versioned):
 
     @property
     def sources(self) -> dict[str, ModelSource]:
-        """Every file to fetch, by role: ``graph``, and ``weights`` when there is one."""
+        """Every file to fetch, by role: ``graph``, and ``weights`` and ``tokenizer`` when
+        there are."""
         files = {"graph": self.source}
         if self.weights is not None:
             files["weights"] = self.weights
+        if self.tokenizer is not None:
+            files["tokenizer"] = self.tokenizer
         return files
 
     @property

@@ -22,6 +22,7 @@ from shared.manifests.steps import (
     OutputStep,
     PluginStep,
     ResizeStep,
+    TokenizeStep,
     TopKStep,
 )
 
@@ -72,11 +73,45 @@ def _check_decode_first(steps: Sequence[InputStep]) -> None:
         seen_builtin = seen_builtin or not isinstance(step, PluginStep)
 
 
+def _check_text(steps: Sequence[InputStep], *, element_type: str, shape: Sequence[int]) -> None:
+    """Token ids are [batch, sequence] integers; only a cast may follow the tokenizer."""
+    first = steps[0]
+    assert isinstance(first, TokenizeStep)
+    for step in steps[1:]:
+        if isinstance(step, TokenizeStep):
+            raise ValueError("tokenize comes first, and only once")
+        if not isinstance(step, CastStep | PluginStep):
+            raise ValueError(
+                f"{step.op} is an image step: after tokenize only cast (or a plugin) may follow"
+            )
+    if len(shape) != 2:
+        raise ValueError(
+            f"tokenize gives [batch, sequence] but shape is {list(shape)}: write [-1, -1]"
+        )
+    if first.padding == "max_length" and shape[1] not in (-1, first.max_length):
+        raise ValueError(
+            f"tokenize pads to max_length {first.max_length} but shape is {list(shape)}"
+        )
+    produced = "int64"
+    for step in steps[1:]:
+        produced = step.dtype if isinstance(step, CastStep) else element_type
+    if produced != element_type:
+        raise ValueError(
+            f"tokenize gives int64 but element_type is {element_type}: end the steps with "
+            f"{{op: cast, dtype: {element_type}}}"
+        )
+
+
 def check_input_steps(
     steps: Sequence[InputStep], *, element_type: str, shape: Sequence[int], layout: str | None
 ) -> None:
     """Raise ``ValueError`` saying what to change when ``steps`` cannot give this tensor."""
     if not steps:
+        return
+    if any(isinstance(step, TokenizeStep) for step in steps):
+        if not isinstance(steps[0], TokenizeStep):
+            raise ValueError("tokenize takes the raw text: it must be the first step")
+        _check_text(steps, element_type=element_type, shape=shape)
         return
     _check_decode_first(steps)
     produced = _Produced()

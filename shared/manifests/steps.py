@@ -1,8 +1,8 @@
 """Declarative pre- and post-processing steps: data, never code.
 
 Each step is a mapping tagged by ``op``. Input steps turn one raw sample (encoded image bytes,
-or an image array) into the tensor a model takes; output steps turn what a model returns into
-an answer. ``shared.processing`` implements every op once, so each framework is fed
+an image array, or a text) into the tensor a model takes; output steps turn what a model
+returns into an answer. ``shared.processing`` implements every op once, so each framework is fed
 identically. The semantics (formulas, rounding, order) are specified in docs/manifests.md.
 """
 
@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import (
     BeforeValidator,
     Field,
+    NonNegativeInt,
     PositiveInt,
     ValidationInfo,
     field_validator,
@@ -41,10 +42,14 @@ __all__ = [
     "ResizeMethod",
     "ResizeStep",
     "SoftmaxStep",
+    "TokenizeStep",
     "TopKStep",
 ]
 
 ColorMode = Literal["RGB", "BGR", "GRAY"]
+# The longest token sequence a tokenize step may ask for: far above any model's context here,
+# and low enough that a typo (a length in characters, say) is refused rather than allocated.
+MAX_SEQUENCE = 32_768
 ResizeMethod = Literal["bilinear", "nearest", "bicubic", "area"]
 
 
@@ -131,6 +136,20 @@ class CastStep(Strict):
     dtype: ElementType
 
 
+class TokenizeStep(Strict):
+    """A text to token ids with the model's tokenizer (the manifest's ``tokenizer`` file), as
+    int64 [batch, sequence]: the ``ids``, the ``attention_mask`` (1 for a token, 0 for padding)
+    or the ``type_ids`` (the segment of each token). A text longer than ``max_length`` tokens
+    is truncated the tokenizer's way (its special tokens kept); shorter ones are padded with
+    ``pad_id`` (0 in the mask) to the batch's longest, or to ``max_length``."""
+
+    op: Literal["tokenize"] = "tokenize"
+    take: Literal["ids", "attention_mask", "type_ids"] = "ids"
+    max_length: PositiveInt = Field(le=MAX_SEQUENCE)
+    padding: Literal["longest", "max_length"] = "longest"
+    pad_id: NonNegativeInt = 0
+
+
 class PluginStep(Strict):
     """A step installed by the operator under the ``dlscope.steps`` entry-point group."""
 
@@ -195,6 +214,7 @@ _INPUT = (
     | LayoutStep
     | ColorStep
     | CastStep
+    | TokenizeStep
     | PluginStep
 )
 _OUTPUT = SoftmaxStep | ArgmaxStep | FlattenStep | TopKStep | PluginStep

@@ -228,6 +228,13 @@ class PairParity(_Bounded):
     top1_agreement: float | None = Field(
         default=None, description="fraction of samples with the same top-1 index"
     )
+    min_cosine: float | None = Field(
+        default=None,
+        description=(
+            "smallest cosine similarity between the two outputs of one sample, over the "
+            "samples the fingerprints hold whole (for embeddings, the quality measure)"
+        ),
+    )
     bitwise_identical: bool = False
     within_tolerance: bool
     reason: Reason | None = Field(default=None, description="why not comparable or not within")

@@ -3,12 +3,14 @@
 Steps run in the order written. Image steps (decode, resize, crop) run per sample, since
 samples may differ in size until they are resized and cropped; the steps after the last of
 them that work on whole arrays (normalize, layout, color, cast) run once on the stacked batch.
-Both paths give the same values, bit for bit.
+Both paths give the same values, bit for bit. A text model's steps start with ``tokenize``,
+which turns the whole batch of texts into one [batch, sequence] tensor (``text``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image
@@ -23,11 +25,16 @@ from shared.manifests import (
     NormalizeStep,
     PluginStep,
     ResizeStep,
+    TokenizeStep,
 )
 from shared.processing.errors import ProcessingError
 from shared.processing.images import Array, Pixels, convert_color, crop, decode, resize
 from shared.processing.plugins import load_step
 from shared.processing.tensors import cast, normalize, to_layout
+from shared.processing.text import tokenize
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = ["batch", "preprocess", "preprocess_batch"]
 
@@ -42,8 +49,13 @@ def preprocess(steps: Sequence[InputStep], raw: object) -> Array:
     return _finish(_run(steps, raw))
 
 
-def preprocess_batch(steps: Sequence[InputStep], raws: Iterable[object]) -> Array:
-    """Several samples through ``steps``, stacked on a new first (batch) axis."""
+def preprocess_batch(
+    steps: Sequence[InputStep], raws: Iterable[object], *, tokenizer: Tokenizer | None = None
+) -> Array:
+    """Several samples through ``steps``, stacked on a new first (batch) axis; ``tokenizer``
+    is the model's, for steps that start with ``tokenize``."""
+    if steps and isinstance(steps[0], TokenizeStep):
+        return _text_batch(steps, list(raws), tokenizer)
     first_batchwise = len(steps)
     while first_batchwise > 0 and isinstance(steps[first_batchwise - 1], _BATCHWISE):
         first_batchwise -= 1
@@ -55,6 +67,25 @@ def preprocess_batch(steps: Sequence[InputStep], raws: Iterable[object]) -> Arra
         raise ProcessingError("the samples of a batch differ in channel order or colour mode")
     stacked = Pixels(batch([s.array for s in samples]), samples[0].channels_last, samples[0].color)
     return _finish(_run(steps[first_batchwise:], stacked))
+
+
+def _text_batch(
+    steps: Sequence[InputStep], texts: Sequence[object], tokenizer: Tokenizer | None
+) -> Array:
+    first = steps[0]
+    assert isinstance(first, TokenizeStep)
+    if tokenizer is None:
+        raise ProcessingError("tokenize needs the model's tokenizer, and none was given")
+    tensor = tokenize(first, texts, tokenizer)
+    for step in steps[1:]:  # the manifest allows only these after tokenize
+        match step:
+            case CastStep():
+                tensor = cast(tensor, step)
+            case PluginStep(name=name, params=params):
+                tensor = np.asarray(load_step(name)(tensor, params))
+            case _:
+                raise ProcessingError(f"{step.op} cannot follow tokenize")
+    return np.ascontiguousarray(tensor)
 
 
 def batch(samples: Sequence[Array]) -> Array:

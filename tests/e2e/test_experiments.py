@@ -23,6 +23,7 @@ from dlscope.zoo import BuiltModel, build_digits
 from harness.deployment import Deployment, throwaway_deployment
 from harness.waiting import experiment_outcome, models_listed
 from shared.config import REPOSITORY_ROOT
+from shared.manifests import ModelManifest
 from tests.conftest import POSTGRES_ADMIN_DSN, register_model, runnable
 
 pytestmark = [pytest.mark.e2e]
@@ -185,3 +186,81 @@ def test_run_all_frameworks_embedded_prints_one_comparison_and_writes_it(tmp_pat
     assert {e["request"]["experiment_id"] for e in document["evaluations"]} == {
         document["experiment"]["experiment_id"]
     }
+
+
+@pytest.fixture(scope="module")
+def minilm_zoo(tmp_path_factory: pytest.TempPathFactory) -> list[ModelManifest]:
+    from dlscope.zoo.minilm import build_minilm
+
+    return [manifest for manifest, _ in build_minilm(tmp_path_factory.mktemp("minilm"))]
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.postgres
+async def test_a_text_encoder_registered_over_http_is_compared_across_frameworks(
+    rabbitmq_url: str, minilm_zoo: list[ModelManifest]
+) -> None:
+    frameworks = ("onnxruntime", "pytorch")
+    async with throwaway_deployment(
+        rabbitmq_url, POSTGRES_ADMIN_DSN, prefix="txt", frameworks=frameworks
+    ) as deployment:
+        deployment.start_all()
+        async with httpx.AsyncClient(base_url=deployment.gateway_url, timeout=60) as http:
+            await deployment.ready(http)
+            for manifest in minilm_zoo:
+                # The graph and the tokenizer are uploaded with the manifest, as the CLI does.
+                registered = await register_model(http, manifest)
+                assert registered.status_code == 201, registered.text
+            await models_listed(http, [m.name for m in minilm_zoo], timeout=60)
+            response = await http.post(
+                "/v1/experiments",
+                json={
+                    "model": "minilm-l6",
+                    "frameworks": list(frameworks),
+                    "dataset": "sentences",
+                    "scenario": {"iterations": 20, "min_duration_s": 0, "warmup": 2},
+                },
+            )
+            assert response.status_code == 202, response.text
+            experiment = await compared(http, response.json()["id"])
+
+    comparison = experiment["comparison"]
+    assert comparison["failures"] == []
+    assert {r["framework"] for r in comparison["evaluations"]} == set(frameworks)
+    for result in comparison["evaluations"]:
+        assert result["latency"]["count"] == 20
+        assert result["accuracy"] is None, "unlabelled texts: parity is the quality measure"
+    (pair,) = comparison["parity"]
+    assert pair["comparable"] is True, pair["reason"]
+    assert pair["within_tolerance"] is True, pair["reason"]
+    assert pair["top1_agreement"] is None
+    assert pair["min_cosine"] > 0.99999
+    assert comparison["parity_ok"] is True
+
+
+def test_run_of_the_text_encoder_embedded_reports_embedding_parity(tmp_path: Path) -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
+    environment["DLSCOPE_HOME"] = str(tmp_path)
+    result_file = tmp_path / "experiment.json"
+    result = dlscope(
+        environment,
+        "run",
+        "minilm-l6",
+        "--framework",
+        "onnxruntime,pytorch",
+        "--dataset",
+        "sentences",
+        "-n",
+        "20",
+        "--json",
+        str(result_file),
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    shown = " ".join(result.stdout.split())
+    assert "minilm-l6 is not built here yet: building it first (no download)" in shown
+    assert "cosine >= " in shown
+    assert "parity: every pair within tolerance" in shown
+    comparison = json.loads(result_file.read_text())["experiment"]["comparison"]
+    assert comparison["parity_ok"] is True
+    (pair,) = comparison["parity"]
+    assert pair["min_cosine"] > 0.99999

@@ -120,7 +120,8 @@ async def test_an_unknown_dataset_is_refused_naming_the_field(stack: Stack) -> N
     detail = response.json()["detail"][0]
     assert detail["loc"] == ["body", "dataset"]
     assert (
-        "unknown dataset 'mnist-9000'; registered datasets: digits, sample-photos" in detail["msg"]
+        "unknown dataset 'mnist-9000'; registered datasets: digits, sample-photos, sentences"
+        in detail["msg"]
     )
 
 

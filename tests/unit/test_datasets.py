@@ -137,7 +137,7 @@ def test_an_image_can_be_declared_as_jpeg_or_as_an_array() -> None:
 @pytest.mark.parametrize(
     ("builtin", "message"),
     [
-        ("tfds:mnist", "no data set provider 'tfds' (providers: skimage, sklearn)"),
+        ("tfds:mnist", "no data set provider 'tfds' (providers: dlscope, skimage, sklearn)"),
         ("sklearn:iris", "sklearn has no data set 'iris' (sklearn data sets: digits)"),
         ("skimage:eagle", "skimage has no data set 'eagle' (skimage data sets: astronaut,"),
     ],

@@ -217,3 +217,37 @@ def test_a_fingerprint_with_nan_and_infinities_survives_the_wire() -> None:
 def test_an_output_without_a_batch_dimension_has_no_top1() -> None:
     sample: OutputSample = fingerprint(np.float32(3.0) * np.ones(3, np.float32)).outputs[0]
     assert sample.top1 == []
+
+
+EMBEDDER = MANIFEST.model_copy(update={"task": "text-embedding"})
+
+
+def _embeddings(rows: np.ndarray) -> OutputFingerprint:
+    identity = input_identity(EMBEDDER, INPUTS, kind="synthetic", description="ones")
+    return output_fingerprint(EMBEDDER, identity, [rows])
+
+
+def test_embeddings_are_compared_by_cosine_similarity_not_by_top1() -> None:
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((2, 3)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    turned = rows.copy()
+    turned[1] = rows[1] + np.float32(0.05) * rng.standard_normal(3).astype(np.float32)
+    parity = compare_outputs(
+        REFERENCE, _embeddings(rows), CANDIDATE, _embeddings(turned), ParityTolerance()
+    )
+    expected = float(turned[1] @ rows[1]) / float(np.linalg.norm(turned[1]))
+    assert parity.min_cosine == pytest.approx(expected, rel=1e-6)
+    assert parity.min_cosine is not None
+    assert parity.min_cosine < 1.0
+    assert parity.top1_agreement is None, "an embedding's largest value names no class"
+    assert not parity.within_tolerance  # the difference is far beyond atol
+
+
+def test_class_scores_get_a_cosine_too_and_zero_rows_are_left_out() -> None:
+    zero_row = LOGITS.copy()
+    zero_row[0] = 0.0
+    parity = compare_outputs(
+        REFERENCE, fingerprint(zero_row), CANDIDATE, fingerprint(zero_row), ParityTolerance()
+    )
+    assert parity.min_cosine == pytest.approx(1.0)

@@ -163,3 +163,20 @@ def test_a_bad_artifact_setting_is_refused_naming_it(
     with pytest.raises(ValueError, match=named) as refused:
         Settings()
     assert variable in str(refused.value)
+
+
+def test_a_text_models_tokenizer_travels_like_its_graph() -> None:
+    manifest = ModelManifest.model_validate(
+        {
+            **model("/srv/encoder.onnx").model_dump(),
+            "tokenizer": {"uri": "/srv/tokenizer.json", "sha256": WEIGHTS},
+        }
+    )
+    assert host_paths(manifest, None, served=False) == [
+        ("model net@1.0.0 graph", "/srv/encoder.onnx"),
+        ("model net@1.0.0 tokenizer", "/srv/tokenizer.json"),
+    ]
+    served = served_manifest(manifest, BASE)
+    assert served.tokenizer is not None
+    assert served.tokenizer.uri == f"http://10.200.0.1:8081/sha256/{WEIGHTS}/tokenizer.json"
+    assert host_paths(served, None, served=True) == []

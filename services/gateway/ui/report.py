@@ -123,6 +123,7 @@ COLUMNS = (
     "parity_vs_reference",
     "parity_max_rel_error",
     "parity_top1_agreement",
+    "parity_min_cosine",
     "error",
     "requested_at",
 )
@@ -185,6 +186,7 @@ def _csv_row(
             "parity_vs_reference": "within" if pair.within_tolerance else "outside",
             "parity_max_rel_error": pair.max_rel_error,
             "parity_top1_agreement": pair.top1_agreement,
+            "parity_min_cosine": pair.min_cosine,
         }
     if summary is None:
         return row
@@ -357,7 +359,8 @@ def _parity_text(parity: PairParity | None, diagonal: bool) -> str:
         return f"not comparable: {parity.reason}"
     verdict = "within" if parity.within_tolerance else "OUTSIDE"
     agreement = NONE if parity.top1_agreement is None else f"{parity.top1_agreement:.0%}"
-    return f"{verdict}; max rel {parity.max_rel_error or 0:.2e}; top-1 {agreement}"
+    cosine = "" if parity.min_cosine is None else f"; min cosine {parity.min_cosine:.6f}"
+    return f"{verdict}; max rel {parity.max_rel_error or 0:.2e}; top-1 {agreement}{cosine}"
 
 
 def _evaluation_markdown(document: EvaluationDocument, *, level: int) -> list[str]:

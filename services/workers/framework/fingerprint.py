@@ -16,7 +16,10 @@ import numpy as np
 from shared.manifests import ModelManifest
 from shared.messages import FINGERPRINT_VALUES, InputSetIdentity, OutputFingerprint, OutputSample
 
-__all__ = ["input_identity", "output_fingerprint"]
+__all__ = ["NOT_CLASSES", "input_identity", "output_fingerprint"]
+
+# Tasks whose outputs are not class scores.
+NOT_CLASSES = frozenset({"text-embedding"})
 
 
 def input_identity(
@@ -45,21 +48,23 @@ def output_fingerprint(
     manifest: ModelManifest, inputs: InputSetIdentity, outputs: Sequence[np.ndarray]
 ) -> OutputFingerprint:
     names = [spec.name for spec in manifest.outputs]
+    # An embedding's largest value names no class: its top-1 would be noise in a comparison.
+    classes = manifest.task not in NOT_CLASSES
     return OutputFingerprint(
         inputs=inputs,
         outputs=[
-            _sample(names[i] if i < len(names) else f"output{i}", np.asarray(output))
+            _sample(names[i] if i < len(names) else f"output{i}", np.asarray(output), classes)
             for i, output in enumerate(outputs)
         ],
     )
 
 
-def _sample(name: str, array: np.ndarray) -> OutputSample:
+def _sample(name: str, array: np.ndarray, classes: bool) -> OutputSample:
     digest = hashlib.sha256()
     for part in _tensor(array):
         digest.update(part)
     flat = array.reshape(-1)
-    if array.ndim >= 2 and array.shape[0] > 0 and array[0].size > 0:
+    if classes and array.ndim >= 2 and array.shape[0] > 0 and array[0].size > 0:
         # argmax takes the first of equal values: the same rule on every framework.
         top1 = np.argmax(array.reshape(array.shape[0], -1), axis=1).tolist()
     else:

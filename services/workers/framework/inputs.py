@@ -1,15 +1,27 @@
 """The inputs queries run on: built from a dataset's samples through the manifest's own
-pre-processing, or generated from the manifest's input specification, seeded."""
+pre-processing, or generated from the manifest's input specification, seeded.
+
+A text model's inputs all come from one text through its tokenize steps (the ids, the
+attention mask, ...); without a data set, its synthetic samples are seeded texts of words from
+its own vocabulary, long enough to fill its ``max_length``.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shared import measurement
 from shared.datasets import Dataset
 from shared.errors import PredictorError
-from shared.manifests import ModelManifest
+from shared.manifests import ModelManifest, TokenizeStep
 from shared.processing import preprocess_batch
+from shared.processing.text import synthetic_texts
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = [
     "FINGERPRINT_BATCH",
@@ -18,6 +30,7 @@ __all__ = [
     "fingerprint_inputs",
     "query_inputs",
     "query_sizes",
+    "sample_inputs",
     "synthetic_inputs",
 ]
 
@@ -34,17 +47,39 @@ def query_sizes(scenario: measurement.ScenarioPlan) -> set[int]:
     return {scenario.samples_per_query}
 
 
+def sample_inputs(
+    manifest: ModelManifest, samples: Sequence[object], tokenizer: Tokenizer | None = None
+) -> dict[str, np.ndarray]:
+    """``samples`` through each input's steps: the one input of an image model, or every
+    input of a text model (each made from the same texts)."""
+    if len(manifest.inputs) != 1 and not manifest.tokenized:
+        raise PredictorError(
+            f"{manifest.ref} takes {len(manifest.inputs)} inputs; datasets feed one-input models "
+            "and text models (whose inputs all come from tokenize steps)"
+        )
+    if manifest.tokenized and tokenizer is None:
+        raise PredictorError(f"{manifest.ref} takes text and no tokenizer was given")
+    return {
+        spec.name: np.ascontiguousarray(
+            preprocess_batch(spec.steps, samples, tokenizer=tokenizer),
+            dtype=np.dtype(spec.element_type),
+        )
+        for spec in manifest.inputs
+    }
+
+
 def query_inputs(
-    manifest: ModelManifest, dataset: Dataset | None, size: int, *, seed: int
+    manifest: ModelManifest,
+    dataset: Dataset | None,
+    size: int,
+    *,
+    seed: int,
+    tokenizer: Tokenizer | None = None,
 ) -> dict[str, np.ndarray]:
     """One query's inputs of ``size`` samples: the dataset's first ones (repeated when it
     has fewer), pre-processed as the manifest declares, or seeded synthetic inputs."""
     if dataset is None:
-        return synthetic_inputs(manifest, batch_size=size, seed=seed)
-    if len(manifest.inputs) != 1:
-        raise PredictorError(
-            f"{manifest.ref} takes {len(manifest.inputs)} inputs; datasets feed one-input models"
-        )
+        return synthetic_inputs(manifest, batch_size=size, seed=seed, tokenizer=tokenizer)
     spec = manifest.inputs[0]
     if spec.shape[0] not in (-1, size):
         raise PredictorError(
@@ -52,13 +87,31 @@ def query_inputs(
             f"shape {spec.shape}); the scenario asks for {size} samples a query"
         )
     samples = [dataset.samples[i % len(dataset)] for i in range(size)]
-    batch = preprocess_batch(spec.steps, samples)
-    return {spec.name: np.ascontiguousarray(batch, dtype=np.dtype(spec.element_type))}
+    return sample_inputs(manifest, samples, tokenizer)
+
+
+def _synthetic_text(
+    manifest: ModelManifest, batch_size: int, seed: int, tokenizer: Tokenizer | None
+) -> dict[str, np.ndarray]:
+    if tokenizer is None:
+        raise PredictorError(f"{manifest.ref} takes text and no tokenizer was given")
+    longest = max(
+        step.max_length
+        for spec in manifest.inputs
+        for step in spec.steps[:1]
+        if isinstance(step, TokenizeStep)
+    )
+    return sample_inputs(
+        manifest, synthetic_texts(tokenizer, batch_size, longest, seed=seed), tokenizer
+    )
 
 
 def synthetic_inputs(
-    manifest: ModelManifest, *, batch_size: int, seed: int
+    manifest: ModelManifest, *, batch_size: int, seed: int, tokenizer: Tokenizer | None = None
 ) -> dict[str, np.ndarray]:
+    first = manifest.inputs[0].shape[0]
+    if manifest.tokenized and first in (-1, batch_size):
+        return _synthetic_text(manifest, batch_size, seed, tokenizer)
     rng = np.random.default_rng(seed)
     batch: dict[str, np.ndarray] = {}
     for spec in manifest.inputs:
@@ -91,8 +144,12 @@ FINGERPRINT_SEED = 0
 FINGERPRINT_BATCH = 4
 
 
-def fingerprint_inputs(manifest: ModelManifest) -> dict[str, np.ndarray]:
+def fingerprint_inputs(
+    manifest: ModelManifest, tokenizer: Tokenizer | None = None
+) -> dict[str, np.ndarray]:
     """Seeded synthetic inputs of a small fixed batch (the model's own, if it fixes one)."""
     first = manifest.inputs[0].shape[0]
     batch_size = first if first != -1 else FINGERPRINT_BATCH
-    return synthetic_inputs(manifest, batch_size=batch_size, seed=FINGERPRINT_SEED)
+    return synthetic_inputs(
+        manifest, batch_size=batch_size, seed=FINGERPRINT_SEED, tokenizer=tokenizer
+    )

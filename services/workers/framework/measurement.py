@@ -17,11 +17,16 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from services.workers.framework.accuracy import batches, measure_accuracy
-from services.workers.framework.fingerprint import input_identity, output_fingerprint
+from services.workers.framework.fingerprint import (
+    NOT_CLASSES,
+    input_identity,
+    output_fingerprint,
+)
 from services.workers.framework.inputs import (
     FINGERPRINT_SEED,
     SYNTHETIC_SAMPLES,
@@ -43,6 +48,10 @@ from shared.measurement.progress import OnStep, Step, ignore_steps
 from shared.measurement.readings import MachineWatch
 from shared.messages import OutputFingerprint, RunEvaluation
 from shared.processing import postprocess
+from shared.processing.text import load_tokenizer
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = ["ACCURACY_BATCH", "measure", "nvml_index"]
 
@@ -61,6 +70,7 @@ def measure(
     *,
     results_dir: Path,
     on_step: OnStep = ignore_steps,
+    tokenizer_path: Path | None = None,
 ) -> Run:
     """Load the model, run the scenario, then (with a dataset) measure accuracy, then record
     the output fingerprint, then run the traced passes the job's trace level asks for.
@@ -74,12 +84,15 @@ def measure(
     dataset = None if job.dataset is None else load_dataset(job.dataset, job.split)
     sample_count = len(dataset) if dataset is not None else SYNTHETIC_SAMPLES
     check_sample_count(scenario, sample_count)  # before the model is loaded
+    tokenizer = None if tokenizer_path is None else load_tokenizer(str(tokenizer_path))
     by_size = {
-        size: query_inputs(job.manifest, dataset, size, seed=job.scenario.seed)
+        size: query_inputs(job.manifest, dataset, size, seed=job.scenario.seed, tokenizer=tokenizer)
         for size in query_sizes(scenario)
     }
     # The fingerprint's fixed input set: the dataset's first batch, made once up front.
-    first = None if dataset is None else next(batches(job.manifest, dataset, ACCURACY_BATCH))
+    first = (
+        None if dataset is None else next(batches(job.manifest, dataset, ACCURACY_BATCH, tokenizer))
+    )
     predictor = factory.create()
     on_step(Step("loading the model"))
     start = time.perf_counter_ns()
@@ -119,13 +132,19 @@ def measure(
             )
         noise = NoiseProbe(before_ns=before_ns, after_ns=probe_ns())
         accuracy = None
-        if dataset is not None:
+        # A classifier is judged by its labels (an unlabelled set fails it, saying so); an
+        # encoder's outputs name no class: its quality is parity with the reference
+        # framework's, from the fingerprint.
+        if dataset is not None and job.manifest.task not in NOT_CLASSES:
             on_step(Step("measuring accuracy"))
             accuracy = measure_accuracy(
-                predict, job.manifest, dataset, batches(job.manifest, dataset, ACCURACY_BATCH)
+                predict,
+                job.manifest,
+                dataset,
+                batches(job.manifest, dataset, ACCURACY_BATCH, tokenizer),
             )
         on_step(Step("recording the output fingerprint"))
-        fingerprint = _fingerprint(predict, job, dataset, first)
+        fingerprint = _fingerprint(predict, job, dataset, first, tokenizer)
         smallest = min(by_size)
         tracing = trace(
             predictor,
@@ -133,7 +152,7 @@ def measure(
             queries=job.trace_queries,
             inputs=by_size[smallest],
             make_inputs=lambda: query_inputs(
-                job.manifest, dataset, smallest, seed=job.scenario.seed
+                job.manifest, dataset, smallest, seed=job.scenario.seed, tokenizer=tokenizer
             ),
             postprocess=lambda outputs: _postprocess(job.manifest, outputs),
             on_step=on_step,
@@ -162,17 +181,21 @@ def _postprocess(manifest: ModelManifest, outputs: list[np.ndarray]) -> list[obj
 
 
 def _fingerprint(
-    predict: Predict, job: RunEvaluation, dataset: Dataset | None, first: np.ndarray | None
+    predict: Predict,
+    job: RunEvaluation,
+    dataset: Dataset | None,
+    first: dict[str, np.ndarray] | None,
+    tokenizer: Tokenizer | None,
 ) -> OutputFingerprint:
     """The outputs on the fixed input set: the dataset's first batch, or seeded inputs."""
     manifest = job.manifest
     if dataset is None or first is None:
-        inputs = fingerprint_inputs(manifest)
+        inputs = fingerprint_inputs(manifest, tokenizer)
         identity = input_identity(
             manifest, inputs, kind="synthetic", description=f"synthetic, seed {FINGERPRINT_SEED}"
         )
     else:
-        inputs = {manifest.inputs[0].name: first}
+        inputs = first
         split = f" {dataset.split}" if dataset.split else ""
         identity = input_identity(
             manifest, inputs, kind="dataset", description=f"{dataset.ref}{split}, first batch"

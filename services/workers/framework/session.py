@@ -58,11 +58,19 @@ class Session:
     state: dict[str, Any] = field(default_factory=dict)
 
 
-def measure_job(session: Session, job: RunEvaluation, path: str, results_dir: str) -> Run:
+def measure_job(
+    session: Session, job: RunEvaluation, path: str, results_dir: str, tokenizer: str | None = None
+) -> Run:
     """One evaluation job's measurement (``services.workers.framework.measurement.measure``);
-    the worker calls it as ``handover.MEASURE_JOB``."""
+    the worker calls it as ``handover.MEASURE_JOB``, with the fetched tokenizer of a text
+    model."""
     return measure(
-        session.factory, job, Path(path), results_dir=Path(results_dir), on_step=session.on_step
+        session.factory,
+        job,
+        Path(path),
+        results_dir=Path(results_dir),
+        on_step=session.on_step,
+        tokenizer_path=None if tokenizer is None else Path(tokenizer),
     )
 
 

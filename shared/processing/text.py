@@ -1,0 +1,90 @@
+"""Text to token tensors: the ``tokenize`` step, with the model's own tokenizer file.
+
+A tokenizer is a Hugging Face ``tokenizer.json`` (the format the ``tokenizers`` library reads
+and writes): its normaliser, pre-tokeniser, model (WordPiece, BPE, ...) and post-processor
+(the special tokens a model expects around a text). Truncation is the tokenizer's own, so a
+text cut to ``max_length`` keeps its special tokens; padding is done here, so its value and
+side are what the step says whatever the file configures.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shared.manifests import TokenizeStep
+from shared.processing.errors import ProcessingError
+
+if TYPE_CHECKING:
+    from tokenizers import Encoding, Tokenizer
+
+__all__ = ["load_tokenizer", "synthetic_texts", "tokenize", "vocabulary_size"]
+
+
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(path: str) -> Tokenizer:
+    """The tokenizer in the file at ``path`` (read once per process)."""
+    # Imported on use: only the processes that run text models need the library.
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(path)
+    except Exception as exc:  # the library raises a bare Exception for a file it cannot read
+        raise ProcessingError(f"{Path(path).name} is not a tokenizer.json: {exc}") from None
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def _encode(tokenizer: Tokenizer, texts: Sequence[object], max_length: int) -> list[Encoding]:
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ProcessingError(
+                f"tokenize takes text, but sample {i} is a {type(text).__name__}: the data set "
+                "must have element: {encoding: text}"
+            )
+    tokenizer.enable_truncation(max_length)
+    return tokenizer.encode_batch(list(texts))
+
+
+def tokenize(step: TokenizeStep, texts: Sequence[object], tokenizer: Tokenizer) -> np.ndarray:
+    """``texts`` as the [batch, sequence] int64 tensor ``step`` takes from their tokens."""
+    if not texts:
+        raise ProcessingError("a batch needs at least one sample")
+    encodings = _encode(tokenizer, texts, step.max_length)
+    longest = max(len(e.ids) for e in encodings)
+    length = step.max_length if step.padding == "max_length" else longest
+    fill = step.pad_id if step.take == "ids" else 0
+    tensor = np.full((len(encodings), length), fill, dtype=np.int64)
+    for row, encoding in enumerate(encodings):
+        values = {
+            "ids": encoding.ids,
+            "attention_mask": encoding.attention_mask,
+            "type_ids": encoding.type_ids,
+        }[step.take]
+        tensor[row, : len(values)] = values
+    return tensor
+
+
+def vocabulary_size(tokenizer: Tokenizer) -> int:
+    return int(tokenizer.get_vocab_size(with_added_tokens=True))
+
+
+def synthetic_texts(tokenizer: Tokenizer, count: int, words: int, *, seed: int) -> list[str]:
+    """``count`` seeded texts of ``words`` words each, drawn from the tokenizer's vocabulary
+    (whole alphabetic words only, no special or continuation tokens): for a text model what
+    random pixels are for an image model, each long enough to fill a ``max_length`` of
+    ``words`` tokens."""
+    vocabulary = sorted(
+        token
+        for token in tokenizer.get_vocab(with_added_tokens=False)
+        if token.isascii() and token.isalpha() and len(token) > 1
+    )
+    if not vocabulary:
+        raise ProcessingError("the tokenizer's vocabulary has no plain words to make text from")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(vocabulary), size=(count, words))
+    return [" ".join(vocabulary[i] for i in row) for row in picks]
