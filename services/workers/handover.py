@@ -20,6 +20,7 @@ from shared.measurement.cost import JobReadings
 from shared.measurement.loadgen import LoadgenResult
 from shared.messages import (
     AccuracyMeasurement,
+    GenerationRecord,
     LayerTiming,
     LevelOutcome,
     OutputFingerprint,
@@ -121,6 +122,7 @@ class Run:
     layers: list[LayerTiming] | None  # one query's, from the first profiled pass
     tracing: Tracing
     machine: JobReadings | None = None  # the noise probe and the job's peak memory
+    generation: GenerationRecord | None = None  # a generative model's timed requests
 
 
 # One evaluation job's measurement: (job, model path, results folder) -> Run.

@@ -351,6 +351,7 @@ class JobRunner:
             tracing=tracing,
             accuracy=run.accuracy,
             fingerprint=run.fingerprint,
+            generation=run.generation,
             experiment_id=job.experiment_id,
             attempt=attempt,
             lease=window.record(),

@@ -10,7 +10,9 @@ from shared.manifests.kinds import MANIFEST_KINDS, Manifest
 from shared.manifests.loading import load_manifest, load_manifests, parse_manifest, read_yaml
 from shared.manifests.model import (
     Accuracy,
+    CacheLink,
     FrameworkRequirement,
+    Generation,
     HardwareHints,
     InputSpec,
     ModelManifest,
@@ -50,6 +52,7 @@ __all__ = [
     "Accuracy",
     "ArchiveFormat",
     "ArgmaxStep",
+    "CacheLink",
     "CastStep",
     "ColorMode",
     "ColorStep",
@@ -62,6 +65,7 @@ __all__ = [
     "FrameworkManifest",
     "FrameworkName",
     "FrameworkRequirement",
+    "Generation",
     "Hardware",
     "HardwareHints",
     "InputSpec",

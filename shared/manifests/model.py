@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from shared.inputs import MAX_DESCRIPTION, MAX_ITEMS
 from shared.manifests.fields import (
@@ -21,8 +28,10 @@ from shared.manifests.versions import parse_constraint
 
 __all__ = [
     "Accuracy",
+    "CacheLink",
     "ElementType",
     "FrameworkRequirement",
+    "Generation",
     "HardwareHints",
     "InputSpec",
     "ModelManifest",
@@ -92,6 +101,36 @@ class Accuracy(Strict):
     dataset: str | None = None
 
 
+class CacheLink(Strict):
+    """One tensor of the key-value cache: the input that takes it (``past``) and the output
+    that gives it back grown by the step's tokens (``present``)."""
+
+    past: str = Field(min_length=1)
+    present: str = Field(min_length=1)
+
+
+class Generation(Strict):
+    """How a generative model's graph is driven: one call is one step (the prompt at prefill,
+    then one token at a time), the cache passed in and out as tensors.
+
+    - ``input_ids``: the input that takes the step's tokens ([batch, new]);
+    - ``logits``: the output with the next token's scores ([batch, vocabulary]);
+    - ``cache``: each cache tensor's input and output; ``cache_axis``, the axis of positions
+      in them (empty, length 0, at the first step);
+    - ``context_length``: the most positions the model attends to (prompt and output);
+    - ``eos_token_ids``: the tokens that end a natural generation;
+    - ``chat_template``: the model's Jinja chat template, for chat-formatted prompts.
+    """
+
+    input_ids: str = Field(min_length=1)
+    logits: str = Field(min_length=1)
+    cache: list[CacheLink] = Field(default_factory=list, max_length=64)
+    cache_axis: NonNegativeInt = 0
+    context_length: PositiveInt
+    eos_token_ids: list[NonNegativeInt] = Field(default_factory=list, max_length=16)
+    chat_template: str | None = Field(default=None, max_length=MAX_DESCRIPTION)
+
+
 # Frameworks that run another framework's format: the ONNX graph of an onnxruntime model is
 # what TensorRT builds its engine from and what the OpenCL engine executes.
 ALSO_RUN_BY: dict[str, tuple[FrameworkName, ...]] = {"onnxruntime": ("tensorrt", "opencl")}
@@ -115,6 +154,8 @@ class ModelManifest(Versioned):
     weights: ModelSource | None = None
     # A text model's tokenizer (a Hugging Face tokenizer.json), which its tokenize steps use.
     tokenizer: ModelSource | None = None
+    # A generative model's step: which tensors carry the tokens, the scores and the cache.
+    generation: Generation | None = None
     hardware: HardwareHints | None = None
     attributes: dict[str, Any] = Field(default_factory=dict)
 
@@ -129,6 +170,11 @@ class ModelManifest(Versioned):
 
     @model_validator(mode="after")
     def _tokenizer_given(self) -> ModelManifest:
+        if self.task == "text-generation" and self.generation is None:
+            raise ValueError(
+                "task text-generation needs generation: {input_ids, logits, cache, "
+                "context_length, ...}, which says how the model's steps are driven"
+            )
         for i, spec in enumerate(self.inputs):
             if self.tokenizer is None and any(isinstance(s, TokenizeStep) for s in spec.steps):
                 raise ValueError(
@@ -137,13 +183,48 @@ class ModelManifest(Versioned):
                 )
         if self.tokenized:
             # One text makes every input (ids, mask, types): an input without a tokenize
-            # step would get the text itself.
+            # step would get the text itself. A generative model's cache is made by the model.
+            cache = {link.past for link in self.generation.cache} if self.generation else set()
             for i, spec in enumerate(self.inputs):
+                if spec.name in cache:
+                    continue
                 if not spec.steps or not isinstance(spec.steps[0], TokenizeStep):
                     raise ValueError(
                         f"inputs.{i}.steps: a text model makes every input from its texts: "
                         "start these steps with tokenize too"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _generation_names_its_tensors(self) -> ModelManifest:
+        generation = self.generation
+        if generation is None:
+            return self
+        inputs = {spec.name: spec for spec in self.inputs}
+        outputs = {spec.name: spec for spec in self.outputs}
+        named: list[tuple[str, str, dict[str, InputSpec] | dict[str, OutputSpec]]] = [
+            ("generation.input_ids", generation.input_ids, inputs)
+        ]
+        named.append(("generation.logits", generation.logits, outputs))
+        for i, link in enumerate(generation.cache):
+            named.append((f"generation.cache.{i}.past", link.past, inputs))
+            named.append((f"generation.cache.{i}.present", link.present, outputs))
+        for where, name, tensors in named:
+            if name not in tensors:
+                kind = "inputs" if tensors is inputs else "outputs"
+                raise ValueError(f"{where}: {name!r} is not one of the model's {kind}")
+        ids = inputs[generation.input_ids]
+        if not ids.steps or not isinstance(ids.steps[0], TokenizeStep):
+            raise ValueError(
+                f"generation.input_ids: input {ids.name!r} must start with a tokenize step"
+            )
+        for i, link in enumerate(generation.cache):
+            shape = inputs[link.past].shape
+            if generation.cache_axis >= len(shape) or shape[generation.cache_axis] != -1:
+                raise ValueError(
+                    f"generation.cache.{i}.past: {link.past!r} has shape {shape}, whose axis "
+                    f"{generation.cache_axis} (cache_axis) must be -1: the cache grows"
+                )
         return self
 
     @property

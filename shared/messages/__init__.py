@@ -82,6 +82,12 @@ from shared.messages.fingerprint import (
     OutputFingerprint,
     OutputSample,
 )
+from shared.messages.generation import (
+    GENERATION_METRICS,
+    GeneratedRequest,
+    GenerationRecord,
+    GenerationSummary,
+)
 from shared.messages.lineage import experiment_models, exports_of
 from shared.messages.machine import MachineWindow, NoiseProbe
 from shared.messages.plans import (
@@ -143,6 +149,7 @@ __all__ = [
     "DRIVERS",
     "FINGERPRINT_VALUES",
     "FRAMEWORKS",
+    "GENERATION_METRICS",
     "HARDWARE",
     "MAX_FIGURE_IDS",
     "PROFILED_LEVELS",
@@ -191,6 +198,9 @@ __all__ = [
     "FiguresRequest",
     "Framework",
     "FrameworkSelection",
+    "GeneratedRequest",
+    "GenerationRecord",
+    "GenerationSummary",
     "Hardware",
     "HarnessOverhead",
     "HistogramBin",

@@ -26,6 +26,7 @@ from shared.manifests import DatasetManifest, FrameworkName, Hardware, ModelMani
 from shared.messages.costs import JobReadings, MachineReport
 from shared.messages.envelope import Envelope, Payload
 from shared.messages.fingerprint import OutputFingerprint
+from shared.messages.generation import GenerationRecord, GenerationSummary
 from shared.messages.profiling import LayerTiming, LevelOutcome
 from shared.messages.results import LoadgenResult, ScenarioResult
 from shared.messages.scenario import Scenario
@@ -213,6 +214,10 @@ class EvaluationMeasured(Payload):
     fingerprint: OutputFingerprint | None = Field(
         default=None, description="the outputs on a fixed input set, for parity comparisons"
     )
+    generation: GenerationRecord | None = Field(
+        default=None,
+        description="a generative model's timed requests: every token's time, token counts",
+    )
     experiment_id: uuid.UUID | None = None
     attempt: int = Field(default=1, ge=1, description="the attempt that measured this")
     machine: JobReadings | None = Field(
@@ -284,6 +289,9 @@ class LatencySummary(BaseModel):
     warmup_count: int
     accuracy: AccuracyMeasurement | None = None
     fingerprint: OutputFingerprint | None = None
+    generation: GenerationSummary | None = Field(
+        default=None, description="a generative model's TTFT, TPOT, inter-token latency, ..."
+    )
     # The fields above describe the headline (first) phase; these describe the whole run.
     scenario: Scenario = Field(default_factory=Scenario)
     headline: str = Field(default="p90", description="the scenario's headline figure")

@@ -25,6 +25,9 @@ SCENARIOS: tuple[str, ...] = ("single-stream", "multi-stream", "server", "offlin
 DRIVERS: tuple[str, ...] = ("native", "loadgen")
 # A server's highest arrival rate (plans.Server's bound).
 _MAX_QPS = 10_000_000
+# The most tokens one generated request may ask for: above any context here, below what a
+# typo would make (a length in characters, say).
+_MAX_NEW_TOKENS = 32_768
 
 
 class Scenario(BaseModel):
@@ -94,6 +97,21 @@ class Scenario(BaseModel):
         description="single- and multi-stream: past the minimums, keep measuring until the "
         "headline's 95% interval is at most this fraction of it wide (each side), or "
         "max_duration_s",
+    )
+
+    # A generative model's query is a whole generation: prefill, then decode steps.
+    max_new_tokens: int = Field(
+        strict=True,
+        default=32,
+        ge=1,
+        le=_MAX_NEW_TOKENS,
+        description="text generation: the most tokens one request generates",
+    )
+    ignore_eos: bool = Field(
+        strict=True,
+        default=True,
+        description="text generation: true pins every output at max_new_tokens (the end of "
+        "sequence is not a stop), so requests are comparable; false stops at it (natural)",
     )
 
     @model_validator(mode="after")

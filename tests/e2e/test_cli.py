@@ -235,10 +235,11 @@ def test_db_upgrade_reports_the_revision(tmp_path: Path) -> None:
 def test_the_zoo_digits_model_reaches_its_recorded_accuracy_through_the_worker(
     tmp_path: Path,
 ) -> None:
-    built = dlscope(tmp_path, "zoo", "build")
+    built = dlscope(tmp_path, "zoo", "build", "digits-cnn")
     assert built.returncode == 0, built.stderr
     assert "digits-cnn@1.0.0 (onnxruntime)" in built.stdout
-    again = dlscope(tmp_path, "zoo", "build")
+    assert "minilm" not in built.stdout, "only the family asked for"
+    again = dlscope(tmp_path, "zoo", "build", "digits-cnn-torch")
     assert again.stdout.count("already registered") == 3  # same bytes, same versions
 
     recorded = yaml.safe_load((tmp_path / "zoo" / "digits-cnn.yaml").read_text())
@@ -320,12 +321,13 @@ def test_a_model_for_another_framework_is_refused_with_the_reason(tmp_path: Path
 def test_a_zoo_model_is_built_on_first_use(tmp_path: Path) -> None:
     first = dlscope(tmp_path, "run", "digits-cnn", "--dataset", "digits", "--split", "test")
     assert first.returncode == 0, first.stderr
-    assert "digits-cnn is not built here yet: building the zoo first" in first.stdout
+    assert "digits-cnn is not built here yet: building it first (no download)" in first.stdout
+    assert "minilm" not in first.stdout, "only the model's own family is built"
     assert "top-1 on digits@1.0.0 test (360 samples)" in " ".join(first.stdout.split())
 
     again = dlscope(tmp_path, "run", "digits-cnn", "-n", "5")
     assert again.returncode == 0, again.stderr
-    assert "building the zoo" not in again.stdout
+    assert "building it first" not in again.stdout
 
 
 async def test_up_serves_the_api_with_a_worker_for_each_framework_asked_for(
@@ -360,3 +362,69 @@ async def test_up_serves_the_api_with_a_worker_for_each_framework_asked_for(
     refused = dlscope(tmp_path, "up", "-f", "onnxruntime,caffe")
     assert refused.returncode == 2
     assert "unknown framework 'caffe'" in refused.stderr
+
+
+def test_zoo_build_of_a_model_it_does_not_have_names_those_it_has(tmp_path: Path) -> None:
+    result = dlscope(tmp_path, "zoo", "build", "gpt-5")
+    assert result.returncode == 2
+    assert "no zoo model 'gpt-5'; the zoo builds: digits-cnn, " in result.stderr
+    assert "minilm-l6" in result.stderr
+
+
+def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
+    tmp_path: Path,
+) -> None:
+    result_file = tmp_path / "experiment.json"
+    result = dlscope(
+        tmp_path,
+        "run",
+        "smollm2",
+        "--framework",
+        "onnxruntime,pytorch",
+        "-n",
+        "3",
+        "--min-duration",
+        "0",
+        "--max-new-tokens",
+        "6",
+        "--json",
+        str(result_file),
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    shown = " ".join(result.stdout.split())
+    assert "smollm2 is not built here yet: building it first (no download)" in shown
+    assert "parity: every pair within tolerance" in shown
+    document = json.loads(result_file.read_text())
+    comparison = document["experiment"]["comparison"]
+    (pair,) = comparison["parity"]
+    assert pair["top1_agreement"] == 1.0, "greedy decoding gives the same tokens everywhere"
+    assert pair["bitwise_identical"] is True
+    for evaluation in document["evaluations"]:
+        generation = evaluation["result"]["generation"]
+        assert generation["requests"] == 3
+        assert generation["output_tokens_mean"] == 6  # pinned: the end of sequence is ignored
+        ttft, e2e = generation["ttft"], generation["e2e"]
+        assert 0 < ttft["min_ns"] <= e2e["min_ns"]
+        assert generation["tpot"]["count"] == 3
+        assert generation["itl"]["count"] == 3 * 5
+        assert generation["output_tokens_per_s"] > 0
+
+    alone_file = tmp_path / "alone.json"
+    alone = dlscope(
+        tmp_path,
+        *("run", "smollm2", "-n", "2", "--min-duration", "0", "--max-new-tokens", "4"),
+        *("--json", str(alone_file)),
+    )
+    assert alone.returncode == 0, alone.stderr
+    events = json.loads(alone_file.read_text())["events"]
+    (measured,) = (e["payload"] for e in events if e["type"] == "evaluation.measured")
+    # Every token's time, one array per request, in the one measured event.
+    assert [len(r["token_ns"]) for r in measured["generation"]["requests"]] == [4, 4]
+    table = " ".join(alone.stdout.split())
+    for metric in ("TTFT", "TPOT", "ITL", "E2E", "output tokens/s"):
+        assert metric in table
+    assert "time per output token: (E2E - TTFT) / (output tokens - 1)" in table
+
+    server = dlscope(tmp_path, "run", "smollm2", "--scenario", "server", "--max-new-tokens", "4")
+    assert server.returncode == 1
+    assert "generates text: it runs the single-stream scenario" in server.stderr

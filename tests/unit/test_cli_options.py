@@ -30,7 +30,7 @@ def _options(command: str) -> set[str]:
 def test_the_three_commands_take_every_evaluation_option() -> None:
     evaluation = {field.name for field in dataclasses.fields(EvaluationOptions)}
     comparison = {field.name for field in dataclasses.fields(ComparisonOptions)}
-    assert len(evaluation) == 21
+    assert len(evaluation) == 23
     for command in COMMANDS:
         assert evaluation <= _options(command), command
     # Only the commands that can start an experiment compare its members.
@@ -48,6 +48,7 @@ def test_the_three_commands_take_every_evaluation_option() -> None:
         (["--scenario", "nonsense"], "--scenario must be one of"),
         (["-f", "caffe"], "unknown framework 'caffe'"),
         (["--trace-level", "kernels"], "--trace-level must be one of"),
+        (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1, got 0"),
     ],
 )
 def test_a_bad_option_is_refused_the_same_way_by_each_command(

@@ -19,7 +19,7 @@ from shared.messages import FINGERPRINT_VALUES, InputSetIdentity, OutputFingerpr
 __all__ = ["NOT_CLASSES", "input_identity", "output_fingerprint"]
 
 # Tasks whose outputs are not class scores.
-NOT_CLASSES = frozenset({"text-embedding"})
+NOT_CLASSES = frozenset({"text-embedding", "text-generation"})
 
 
 def input_identity(

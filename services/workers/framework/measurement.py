@@ -27,6 +27,7 @@ from services.workers.framework.fingerprint import (
     input_identity,
     output_fingerprint,
 )
+from services.workers.framework.generative import measure_generation
 from services.workers.framework.inputs import (
     FINGERPRINT_SEED,
     SYNTHETIC_SAMPLES,
@@ -78,6 +79,10 @@ def measure(
     The queries run on inputs built before timing starts, one batch per query size the
     scenario uses: the dataset's first samples, or seeded synthetic inputs. So a latency
     is the framework call on ready inputs and nothing else."""
+    if job.manifest.generation is not None:
+        return measure_generation(
+            factory, job, path, on_step=on_step, tokenizer_path=tokenizer_path
+        )
     mark = reset_peak_memory()
     on_step(Step("preparing the inputs"))
     scenario = job.scenario.measurement()

@@ -1,0 +1,223 @@
+"""Generative queries: one query is a whole generation, driven step by step through the
+framework's ordinary ``predict``.
+
+The model's manifest says which input takes the tokens, which output gives the next token's
+scores and which outputs are the key-value cache to feed back (``generation``). A generation
+is the prompt's prefill (every prompt token at once, an empty cache), then one decode step per
+token: the chosen token in, the cache grown by one position. Greedy by default: the token with
+the highest score, the first on ties, the same rule on every framework. The time of each
+token is taken as its step returns, before the next step is prepared, and kept in a list: one
+clock read and one append per token, nothing else on the timed path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shared.errors import PredictorError
+from shared.manifests import Generation, ModelManifest
+from shared.messages import (
+    GeneratedRequest,
+    GenerationRecord,
+    InputSetIdentity,
+    OutputFingerprint,
+    OutputSample,
+)
+from shared.processing import preprocess_batch
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+__all__ = [
+    "FINGERPRINT_TOKENS",
+    "GENERATION_WARMUP",
+    "SYNTHETIC_PROMPTS",
+    "SYNTHETIC_PROMPT_WORDS",
+    "Generated",
+    "Generator",
+    "generation_fingerprint",
+    "prompts",
+    "record",
+]
+
+Predict = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
+# A generation is hundreds of framework calls: warm-up windows of two requests each reach a
+# steady state as surely as 32 single calls do, in a fraction of the time.
+GENERATION_WARMUP = 2
+
+
+@dataclass(frozen=True)
+class Generated:
+    """One generation's tokens and their times (``time.perf_counter_ns``)."""
+
+    issued_ns: int
+    prompt_tokens: int
+    tokens: list[int]
+    token_ns: list[int]
+    stopped_by: str
+
+
+@dataclass
+class Generator:
+    """Generates from prompts with ``predict``, as ``manifest.generation`` describes."""
+
+    manifest: ModelManifest
+    predict: Predict
+    max_new_tokens: int
+    ignore_eos: bool
+    _empty: dict[str, np.ndarray] = field(init=False)
+    _outputs: dict[str, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        spec = self.manifest.generation
+        if spec is None:
+            raise PredictorError(f"{self.manifest.ref} is not a generative model")
+        self._empty = {link.past: self._empty_cache(spec, link.past) for link in spec.cache}
+        self._outputs = {o.name: i for i, o in enumerate(self.manifest.outputs)}
+
+    @property
+    def spec(self) -> Generation:
+        assert self.manifest.generation is not None
+        return self.manifest.generation
+
+    def _empty_cache(self, spec: Generation, name: str) -> np.ndarray:
+        tensor = next(s for s in self.manifest.inputs if s.name == name)
+        # A batch of one (the other free dimension), no position yet.
+        shape = [0 if axis == spec.cache_axis else max(d, 1) for axis, d in enumerate(tensor.shape)]
+        return np.zeros(shape, dtype=np.dtype(tensor.element_type))
+
+    def empty_cache(self) -> dict[str, np.ndarray]:
+        """The cache inputs of a first step: a batch of one, no position yet."""
+        return dict(self._empty)
+
+    def check_prompt(self, prompt: Sequence[int]) -> None:
+        """Refuse a prompt that leaves no room for the output in the model's context."""
+        context = self.spec.context_length
+        if len(prompt) + self.max_new_tokens > context:
+            raise PredictorError(
+                f"prompt of {len(prompt)} tokens + max_new_tokens {self.max_new_tokens} "
+                f"exceeds {self.manifest.ref}'s context of {context} tokens"
+            )
+
+    def generate(self, prompt: np.ndarray) -> Generated:
+        """Tokens generated from ``prompt`` (int64 [1, n]): at most ``max_new_tokens``, fewer
+        when an end-of-sequence token comes and ``ignore_eos`` is off."""
+        spec = self.spec
+        clock = time.perf_counter_ns
+        predict, outputs = self.predict, self._outputs
+        logits_at = outputs[spec.logits]
+        links = [(link.past, outputs[link.present]) for link in spec.cache]
+        stops = () if self.ignore_eos else tuple(spec.eos_token_ids)
+        feeds = dict(self._empty)
+        feeds[spec.input_ids] = prompt
+        tokens: list[int] = []
+        token_ns: list[int] = []
+        stopped_by = "max_new_tokens"
+        issued = clock()
+        for _ in range(self.max_new_tokens):
+            result = predict(feeds)
+            token = int(np.argmax(result[logits_at][0]))
+            token_ns.append(clock())
+            tokens.append(token)
+            if token in stops:
+                stopped_by = "eos"
+                break
+            feeds = {past: result[at] for past, at in links}
+            feeds[spec.input_ids] = np.asarray([[token]], dtype=prompt.dtype)
+        return Generated(issued, int(prompt.shape[1]), tokens, token_ns, stopped_by)
+
+
+def record(
+    generations: Sequence[Generated],
+    *,
+    scheduled_ns: Sequence[int] | None,
+    begin_ns: int,
+    duration_ns: int,
+    max_new_tokens: int,
+    ignore_eos: bool,
+) -> GenerationRecord:
+    """The timed requests as the measured event carries them: times from ``begin_ns`` (the
+    timed phase's start); each scheduled when it was issued unless ``scheduled_ns`` says."""
+    requests = []
+    for i, g in enumerate(generations):
+        scheduled = g.issued_ns if scheduled_ns is None else scheduled_ns[i]
+        requests.append(
+            GeneratedRequest(
+                scheduled_ns=max(0, scheduled - begin_ns),
+                issued_ns=max(0, g.issued_ns - begin_ns),
+                token_ns=[t - begin_ns for t in g.token_ns],
+                input_tokens=g.prompt_tokens,
+                stopped_by="eos" if g.stopped_by == "eos" else "max_new_tokens",
+            )
+        )
+    return GenerationRecord(
+        max_new_tokens=max_new_tokens,
+        ignore_eos=ignore_eos,
+        duration_ns=duration_ns,
+        requests=requests,
+    )
+
+
+# Synthetic prompts, without a data set: this many, of this many words from the model's
+# vocabulary (about as many tokens), seeded; requests take them in turn.
+SYNTHETIC_PROMPTS = 32
+SYNTHETIC_PROMPT_WORDS = 64
+# The parity gate's generation: this many greedy tokens from the first prompt, end of
+# sequence ignored, so every framework is compared on the same number of tokens.
+FINGERPRINT_TOKENS = 16
+
+
+def prompts(
+    manifest: ModelManifest,
+    texts: Sequence[object],
+    tokenizer: Tokenizer,
+) -> list[np.ndarray]:
+    """Each text as the token ids the model's ``input_ids`` steps make of it ([1, n])."""
+    spec = manifest.generation
+    assert spec is not None
+    ids = next(s for s in manifest.inputs if s.name == spec.input_ids)
+    return [
+        np.ascontiguousarray(
+            preprocess_batch(ids.steps, [text], tokenizer=tokenizer), dtype=np.int64
+        )
+        for text in texts
+    ]
+
+
+def generation_fingerprint(
+    generator: Generator, prompt: np.ndarray, description: str, kind: str
+) -> OutputFingerprint:
+    """The greedy tokens of ``prompt``: what two frameworks must agree on, token for token.
+    They are the sample's values and its "top-1" (one index per position), so parity's top-1
+    agreement is the fraction of positions whose token agrees."""
+    fixed = Generator(generator.manifest, generator.predict, FINGERPRINT_TOKENS, ignore_eos=True)
+    tokens = np.asarray([fixed.generate(prompt).tokens], dtype=np.int64)
+    digest = hashlib.sha256(f"{prompt.dtype.str}{list(prompt.shape)}".encode())
+    digest.update(prompt.tobytes())
+    identity = InputSetIdentity(
+        kind="dataset" if kind == "dataset" else "synthetic",
+        description=f"{description}, {FINGERPRINT_TOKENS} greedy tokens",
+        batch_size=1,
+        sha256=digest.hexdigest(),
+    )
+    sample = hashlib.sha256(f"{tokens.dtype.str}{list(tokens.shape)}".encode())
+    sample.update(tokens.tobytes())
+    return OutputFingerprint(
+        inputs=identity,
+        outputs=[
+            OutputSample(
+                name="tokens",
+                shape=list(tokens.shape),
+                dtype=str(tokens.dtype),
+                values=tokens.reshape(-1).astype(np.float64).tolist(),
+                sha256=sample.hexdigest(),
+                top1=tokens.reshape(-1).tolist(),
+            )
+        ],
+    )

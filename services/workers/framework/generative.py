@@ -1,0 +1,167 @@
+"""The measurement session of a generative model: one query is one whole generation.
+
+The same shape as ``measurement.measure`` (load, noise probe, warm-up and timed requests
+between two snapshots of the machine, noise probe, fingerprint, traced passes), with a
+generation in place of a forward pass: the scenario's driver times each request end to end
+while the generator keeps every token's time, and the timed requests' times travel in the
+measured event (``GenerationRecord``). The parity fingerprint is the greedy tokens of the
+first prompt; the traced passes profile one prefill step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from services.workers.framework.generation import (
+    GENERATION_WARMUP,
+    SYNTHETIC_PROMPT_WORDS,
+    SYNTHETIC_PROMPTS,
+    Generated,
+    Generator,
+    generation_fingerprint,
+    prompts,
+    record,
+)
+from services.workers.framework.predictors import PredictorFactory
+from services.workers.framework.profiling import trace
+from services.workers.handover import Run
+from shared.datasets import Dataset, load_dataset
+from shared.errors import DlscopeError, PredictorError
+from shared.measurement import check_sample_count, run_scenario
+from shared.measurement.cost import JobReadings, peak_memory, reset_peak_memory
+from shared.measurement.noise import NoiseProbe, probe_ns
+from shared.measurement.progress import OnStep, Step, ignore_steps
+from shared.measurement.readings import MachineWatch
+from shared.messages import RunEvaluation, SingleStream
+from shared.processing.text import load_tokenizer, synthetic_texts
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+__all__ = ["measure_generation"]
+
+
+def _texts(job: RunEvaluation, dataset: Dataset | None, tokenizer: Tokenizer) -> list[object]:
+    if dataset is not None:
+        return list(dataset.samples)
+    return list(
+        synthetic_texts(
+            tokenizer, SYNTHETIC_PROMPTS, SYNTHETIC_PROMPT_WORDS, seed=job.scenario.seed
+        )
+    )
+
+
+def _plan(job: RunEvaluation) -> SingleStream:
+    plan = job.scenario.measurement()
+    if not isinstance(plan, SingleStream) or job.scenario.driver != "native":
+        raise PredictorError(
+            f"{job.manifest.ref} generates text: it runs the single-stream scenario of "
+            f"dlscope's driver, one prompt a query, so far (asked: {job.scenario.name}, "
+            f"driver {job.scenario.driver}, batch size {job.scenario.batch_size})"
+        )
+    window = min(plan.warmup.window_queries, GENERATION_WARMUP)
+    return plan.model_copy(
+        update={"warmup": plan.warmup.model_copy(update={"window_queries": window})}
+    )
+
+
+def measure_generation(
+    factory: PredictorFactory,
+    job: RunEvaluation,
+    path: Path,
+    *,
+    on_step: OnStep = ignore_steps,
+    tokenizer_path: Path | None,
+) -> Run:
+    """Load the model, generate from the prompts as the scenario issues them, record every
+    token's time, then the parity fingerprint and the traced passes."""
+    mark = reset_peak_memory()
+    on_step(Step("preparing the prompts"))
+    plan = _plan(job)
+    if tokenizer_path is None:
+        raise PredictorError(f"{job.manifest.ref} generates text and has no tokenizer")
+    tokenizer = load_tokenizer(str(tokenizer_path))
+    dataset = None if job.dataset is None else load_dataset(job.dataset, job.split)
+    texts = _texts(job, dataset, tokenizer)
+    check_sample_count(plan, len(texts))
+    asked = prompts(job.manifest, texts, tokenizer)
+    predictor = factory.create()
+    generator = Generator(
+        job.manifest, predictor.predict, job.scenario.max_new_tokens, job.scenario.ignore_eos
+    )
+    for prompt in asked:
+        generator.check_prompt(prompt[0])
+    on_step(Step("loading the model"))
+    start = time.perf_counter_ns()
+    predictor.open(job.manifest, path, hardware=job.hardware)
+    load_ns = time.perf_counter_ns() - start
+    try:
+        generated: list[Generated] = []
+        keep = generated.append
+        generate = generator.generate
+
+        def run_query(samples: Sequence[int]) -> object:
+            keep(generate(asked[samples[0]]))
+            return None
+
+        watch = MachineWatch(gpu_index=None)
+        before_ns = probe_ns()
+        native = run_scenario(
+            plan, run_query, sample_count=len(asked), load_ns=load_ns, on_step=on_step, watch=watch
+        )
+        noise = NoiseProbe(before_ns=before_ns, after_ns=probe_ns())
+        phase = native.phases[0]
+        # The driver called run_query for the cold query, the warm-up, then the timed ones:
+        # the last of the generations are the timed requests, in order.
+        timed = generated[-len(phase.latencies_ns) :]
+        generation = record(
+            timed,
+            scheduled_ns=None,  # single-stream: each is issued when it is scheduled
+            begin_ns=timed[0].issued_ns,
+            duration_ns=phase.duration_ns,
+            max_new_tokens=job.scenario.max_new_tokens,
+            ignore_eos=job.scenario.ignore_eos,
+        )
+        on_step(Step("recording the greedy tokens (parity)"))
+        described = (
+            f"{dataset.ref} sample {dataset.indices[0]}"
+            if dataset is not None
+            else f"synthetic prompt, seed {job.scenario.seed}"
+        )
+        fingerprint = generation_fingerprint(
+            generator, asked[0], described, "dataset" if dataset is not None else "synthetic"
+        )
+        prefill = {**generator.empty_cache(), generator.spec.input_ids: asked[0]}
+        tracing = trace(
+            predictor,
+            job.trace_level,
+            queries=job.trace_queries,
+            inputs=prefill,
+            make_inputs=lambda: dict(prefill),
+            postprocess=lambda outputs: list(outputs),
+            on_step=on_step,
+        )
+        machine = JobReadings(noise=noise, peak_memory=peak_memory(mark))
+        return Run(
+            load_ns,
+            native,
+            None,
+            None,
+            fingerprint,
+            tracing.one_query,
+            tracing,
+            machine,
+            generation=generation,
+        )
+    except DlscopeError:
+        raise
+    except Exception as exc:  # the framework's own error types
+        raise PredictorError(
+            f"{predictor.framework} failed generating with {job.manifest.ref}: {exc}"
+        ) from exc
+    finally:
+        on_step(Step("closing the model"))
+        predictor.close()

@@ -1,0 +1,51 @@
+"""Token-level statistics of a generative evaluation, from its raw record: TTFT, TPOT,
+inter-token latency, E2E and throughput, each as ``shared.messages.generation`` defines it and
+each with the intervals and the sufficiency rule of every dlscope percentile."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shared.measurement.statistics import summarize_latencies
+from shared.messages import GenerationRecord, GenerationSummary, LatencyStatistics
+
+__all__ = ["summarize_generation"]
+
+
+def summarize_generation(
+    record: GenerationRecord, *, headline_percentile: float = 0.9, seed: int = 0
+) -> GenerationSummary:
+    """The statistics of ``record``'s timed requests."""
+    requests = record.requests
+    ttft = [r.token_ns[0] - r.scheduled_ns for r in requests]
+    e2e = [r.token_ns[-1] - r.scheduled_ns for r in requests]
+    # A request of one token has no time per output token: it is left out of TPOT, as MLPerf
+    # and the serving benchmarks do, rather than counted as zero.
+    tpot = [
+        (end - first) / (r.output_tokens - 1)
+        for r, first, end in zip(requests, ttft, e2e, strict=True)
+        if r.output_tokens > 1
+    ]
+    gaps = np.concatenate([np.diff(np.asarray(r.token_ns, dtype=np.int64)) for r in requests])
+    duration = record.duration_ns
+    output_tokens = sum(r.output_tokens for r in requests)
+
+    def stats(values: list[float] | list[int] | np.ndarray) -> LatencyStatistics:
+        return summarize_latencies(
+            np.rint(np.asarray(values, dtype=np.float64)).astype(np.int64),
+            duration_ns=duration,
+            headline_percentile=headline_percentile,
+            seed=seed,
+        )
+
+    return GenerationSummary(
+        requests=len(requests),
+        input_tokens_mean=float(np.mean([r.input_tokens for r in requests])),
+        output_tokens_mean=output_tokens / len(requests),
+        ttft=stats(ttft),
+        tpot=stats(tpot) if tpot else None,
+        itl=stats(gaps) if gaps.size else None,
+        e2e=stats(e2e),
+        output_tokens_per_s=output_tokens / (duration / 1e9),
+        requests_per_s=len(requests) / (duration / 1e9),
+    )

@@ -1,0 +1,206 @@
+"""Generative queries: the manifest's generation section, the generation loop, and the token
+metrics as their definitions say."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from services.workers.framework.generation import Generator, record
+from shared.errors import PredictorError
+from shared.manifests import ModelManifest
+from shared.measurement.generation import summarize_generation
+from shared.messages import GeneratedRequest, GenerationRecord, Scenario
+
+VOCABULARY = 10
+EOS = 9
+CACHE = [2, -1, 1, -1, 4]
+
+
+def _document(**changes: Any) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "name": "tiny-lm",
+        "version": "1.0.0",
+        "task": "text-generation",
+        "framework": {"name": "onnxruntime"},
+        "tokenizer": {"uri": "/models/tokenizer.json", "sha256": "1" * 64},
+        "inputs": [
+            {
+                "name": "ids",
+                "element_type": "int64",
+                "shape": [-1, -1],
+                "steps": [{"op": "tokenize", "max_length": 64}],
+            },
+            {"name": "past", "shape": CACHE},
+        ],
+        "outputs": [
+            {"name": "logits", "shape": [-1, VOCABULARY]},
+            {"name": "present", "shape": CACHE},
+        ],
+        "generation": {
+            "input_ids": "ids",
+            "logits": "logits",
+            "cache": [{"past": "past", "present": "present"}],
+            "cache_axis": 3,
+            "context_length": 16,
+            "eos_token_ids": [EOS],
+        },
+        "source": {"uri": "/models/tiny.onnx", "sha256": "0" * 64},
+    }
+    document.update(changes)
+    return document
+
+
+MANIFEST = ModelManifest.model_validate(_document())
+
+
+class CountingModel:
+    """Predicts (last token + 1) % vocabulary; its cache holds one position per token seen,
+    so a generation that forgets to feed the cache back, or feeds the wrong one, shows."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []  # (new tokens, cached positions) per step
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        ids, past = feeds["ids"], feeds["past"]
+        self.calls.append((ids.shape[1], past.shape[3]))
+        logits = np.zeros((1, VOCABULARY), dtype=np.float32)
+        logits[0, (int(ids[0, -1]) + 1) % VOCABULARY] = 1.0
+        grown = np.concatenate([past, np.ones((2, 1, 1, ids.shape[1], 4), np.float32)], axis=3)
+        return [logits, grown]
+
+
+def test_a_generation_is_a_prefill_then_one_decode_step_per_token() -> None:
+    model = CountingModel()
+    generator = Generator(MANIFEST, model, max_new_tokens=4, ignore_eos=True)
+    generated = generator.generate(np.asarray([[3, 4, 5]], dtype=np.int64))
+    assert generated.tokens == [6, 7, 8, 9]
+    assert model.calls == [(3, 0), (1, 3), (1, 4), (1, 5)]
+    assert generated.prompt_tokens == 3
+    assert len(generated.token_ns) == 4
+    assert generated.token_ns == sorted(generated.token_ns)
+    assert generated.issued_ns <= generated.token_ns[0]
+
+
+def test_pinned_output_ignores_the_end_of_sequence_and_natural_output_stops_there() -> None:
+    prompt = np.asarray([[7]], dtype=np.int64)
+    pinned = Generator(MANIFEST, CountingModel(), max_new_tokens=5, ignore_eos=True)
+    assert pinned.generate(prompt).tokens == [8, 9, 0, 1, 2]
+    natural = Generator(MANIFEST, CountingModel(), max_new_tokens=5, ignore_eos=False)
+    stopped = natural.generate(prompt)
+    assert stopped.tokens == [8, 9]
+    assert stopped.stopped_by == "eos"
+
+
+def test_a_prompt_that_leaves_no_room_in_the_context_is_refused_with_both_lengths() -> None:
+    generator = Generator(MANIFEST, CountingModel(), max_new_tokens=8, ignore_eos=True)
+    generator.check_prompt(list(range(8)))
+    with pytest.raises(PredictorError, match=r"prompt of 9 tokens \+ max_new_tokens 8 exceeds"):
+        generator.check_prompt(list(range(9)))
+
+
+def test_the_empty_cache_is_a_batch_of_one_with_no_position() -> None:
+    generator = Generator(MANIFEST, CountingModel(), max_new_tokens=1, ignore_eos=True)
+    assert generator.empty_cache()["past"].shape == (2, 1, 1, 0, 4)
+
+
+def _error(document: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as caught:
+        ModelManifest.model_validate(document)
+    return str(caught.value)
+
+
+def test_text_generation_needs_its_generation_section() -> None:
+    document = _document()
+    del document["generation"]
+    assert "task text-generation needs generation:" in _error(document)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"logits": "scores"}, "generation.logits: 'scores' is not one of the model's outputs"),
+        ({"input_ids": "tokens"}, "generation.input_ids: 'tokens' is not one of the model's"),
+        (
+            {"cache": [{"past": "past", "present": "later"}]},
+            "generation.cache.0.present: 'later' is not one of the model's outputs",
+        ),
+        ({"cache_axis": 2}, "axis 2 (cache_axis) must be -1: the cache grows"),
+        ({"context_length": 0}, "context_length"),
+    ],
+)
+def test_a_generation_section_naming_what_the_model_lacks_is_refused(
+    change: dict[str, Any], expected: str
+) -> None:
+    document = _document()
+    document["generation"] = {**document["generation"], **change}
+    assert expected in _error(document)
+
+
+def test_max_new_tokens_of_zero_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError, match="max_new_tokens"):
+        Scenario(max_new_tokens=0)
+
+
+def _request(scheduled: int, issued: int, tokens: list[int], prompt: int = 5) -> GeneratedRequest:
+    return GeneratedRequest(
+        scheduled_ns=scheduled,
+        issued_ns=issued,
+        token_ns=tokens,
+        input_tokens=prompt,
+        stopped_by="max_new_tokens",
+    )
+
+
+def test_the_token_metrics_follow_their_definitions() -> None:
+    ms = 1_000_000
+    measured = GenerationRecord(
+        max_new_tokens=4,
+        ignore_eos=True,
+        duration_ns=1000 * ms,
+        requests=[
+            # Scheduled at 0, issued 10 ms late (it waited): TTFT counts the wait.
+            _request(0, 10 * ms, [50 * ms, 60 * ms, 80 * ms, 110 * ms]),
+            _request(200 * ms, 200 * ms, [230 * ms, 240 * ms, 250 * ms, 260 * ms], prompt=7),
+            # One token only: no time per output token, and no gap.
+            _request(500 * ms, 500 * ms, [520 * ms]),
+        ],
+    )
+    summary = summarize_generation(measured)
+    assert summary.requests == 3
+    assert summary.ttft.count == 3
+    assert summary.ttft.mean_ns == pytest.approx((50 + 30 + 20) / 3 * ms)
+    assert summary.e2e.mean_ns == pytest.approx((110 + 60 + 20) / 3 * ms)
+    # TPOT = (E2E - TTFT) / (tokens - 1): (110 - 50) / 3 = 20 ms and (60 - 30) / 3 = 10 ms.
+    assert summary.tpot is not None
+    assert summary.tpot.count == 2
+    assert sorted([summary.tpot.min_ns, summary.tpot.max_ns]) == [10 * ms, 20 * ms]
+    # ITL pools every gap: 10, 20, 30 and 10, 10, 10 ms.
+    assert summary.itl is not None
+    assert summary.itl.count == 6
+    assert summary.itl.mean_ns == pytest.approx(15 * ms)
+    assert summary.output_tokens_per_s == pytest.approx(9.0)
+    assert summary.requests_per_s == pytest.approx(3.0)
+    assert summary.input_tokens_mean == pytest.approx(17 / 3)
+    assert set(summary.definitions) >= {"ttft", "tpot", "itl", "e2e"}
+
+
+def test_recorded_times_start_at_the_timed_phase() -> None:
+    generator = Generator(MANIFEST, CountingModel(), max_new_tokens=2, ignore_eos=True)
+    generated = [generator.generate(np.asarray([[1]], dtype=np.int64)) for _ in range(2)]
+    begin = generated[0].issued_ns
+    measured = record(
+        generated,
+        scheduled_ns=None,
+        begin_ns=begin,
+        duration_ns=generated[-1].token_ns[-1] - begin,
+        max_new_tokens=2,
+        ignore_eos=True,
+    )
+    first, second = measured.requests
+    assert first.scheduled_ns == first.issued_ns == 0
+    assert second.scheduled_ns == second.issued_ns > first.token_ns[-1] - 1
+    assert [r.output_tokens for r in measured.requests] == [2, 2]

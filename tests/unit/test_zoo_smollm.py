@@ -1,0 +1,88 @@
+"""SmolLM2-135M-Instruct in the zoo: real weights from a GGUF file, the same greedy tokens from
+ONNX Runtime and TorchScript, and the tokenizer rebuilt from the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlscope.zoo import smollm
+from dlscope.zoo.export import load_torchscript
+from shared.manifests import ModelManifest
+from shared.processing.text import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelManifest]:
+    # Exporting takes about half a minute: once for the whole module.
+    out = tmp_path_factory.mktemp("zoo")
+    return {m.framework.name: m for m, _ in smollm.build_smollm(out)}
+
+
+def _cache(manifest: ModelManifest) -> tuple[int, ...]:
+    # The manifest's cache shape, for a batch of one and no position yet.
+    layers, _, kv_heads, _, head_dim = manifest.inputs[1].shape
+    return (layers, 1, kv_heads, 0, head_dim)
+
+
+def test_the_model_knows_the_capital_of_france(built: dict[str, ModelManifest]) -> None:
+    manifest = built["onnxruntime"]
+    assert manifest.tokenizer is not None
+    tokenizer = load_tokenizer(manifest.tokenizer.uri)
+    prompt = tokenizer.encode("The capital of France is").ids
+    step = smollm._onnx_step(Path(manifest.source.uri))
+    tokens = smollm.greedy(step, _cache(manifest), prompt, 3)
+    assert tokenizer.decode(tokens).startswith(" Paris")
+    assert manifest.attributes["check_output"].startswith(" Paris")
+
+
+def test_onnx_and_torchscript_generate_the_same_tokens(built: dict[str, ModelManifest]) -> None:
+    onnx, script = built["onnxruntime"], built["pytorch"]
+    assert onnx.tokenizer is not None
+    tokenizer = load_tokenizer(onnx.tokenizer.uri)
+    prompt = tokenizer.encode("Once upon a time, in a small village,").ids
+    cache = _cache(onnx)
+    ours = smollm.greedy(smollm._onnx_step(Path(onnx.source.uri)), cache, prompt, 12)
+    module = load_torchscript(Path(script.source.uri))
+    theirs = smollm.greedy(smollm._torch_step(module), cache, prompt, 12)
+    assert ours == theirs
+
+
+def test_the_tokenizer_splits_digits_and_keeps_chat_tokens_whole(
+    built: dict[str, ModelManifest],
+) -> None:
+    manifest = built["onnxruntime"]
+    assert manifest.tokenizer is not None
+    tokenizer = load_tokenizer(manifest.tokenizer.uri)
+    encoded = tokenizer.encode("<|im_start|>user\nIn 2024<|im_end|>")
+    assert encoded.tokens[0] == "<|im_start|>"
+    assert encoded.tokens[-1] == "<|im_end|>"
+    assert encoded.tokens[-5:-1] == ["2", "0", "2", "4"]
+    assert tokenizer.decode(tokenizer.encode("naïve café").ids) == "naïve café"
+
+
+def test_the_manifests_describe_how_to_drive_a_generation(
+    built: dict[str, ModelManifest],
+) -> None:
+    for manifest in built.values():
+        generation = manifest.generation
+        assert generation is not None
+        assert manifest.task == "text-generation"
+        assert generation.context_length == 8192
+        assert generation.eos_token_ids == [2]
+        assert generation.chat_template is not None
+        assert "<|im_start|>" in generation.chat_template
+        assert [c.past for c in generation.cache] == ["past_key", "past_value"]
+    assert built["onnxruntime"].tokenizer == built["pytorch"].tokenizer
+
+
+def test_building_again_pins_the_same_onnx_file(
+    built: dict[str, ModelManifest], tmp_path: Path
+) -> None:
+    again = {m.framework.name: m for m, _ in smollm.build_smollm(tmp_path)}
+    ours, theirs = again["onnxruntime"], built["onnxruntime"]
+    assert ours.source.sha256 == theirs.source.sha256
+    assert ours.tokenizer is not None
+    assert theirs.tokenizer is not None
+    assert ours.tokenizer.sha256 == theirs.tokenizer.sha256
