@@ -110,6 +110,14 @@ Natural = Annotated[
         "request generates exactly --max-new-tokens",
     ),
 ]
+TtftBound = Annotated[
+    float | None,
+    typer.Option("--ttft-bound", help="text generation: p99 time-to-first-token bound (ms)"),
+]
+TpotBound = Annotated[
+    float | None,
+    typer.Option("--tpot-bound", help="text generation: p99 time-per-output-token bound (ms)"),
+]
 DatasetOpt = Annotated[
     str | None,
     typer.Option("--dataset", help="a labelled dataset, e.g. digits: measures top-1/top-5"),
@@ -157,6 +165,8 @@ class EvaluationOptions:
     seed: Seed = 0
     max_new_tokens: MaxNewTokens = None
     natural: Natural = False
+    ttft_bound: TtftBound = None
+    tpot_bound: TpotBound = None
     dataset: DatasetOpt = None
     split: SplitOpt = None
     trace_level: TraceLevelOpt = DEFAULT_TRACE_LEVEL
@@ -195,6 +205,8 @@ class EvaluationOptions:
             "seed": self.seed,
             "max_new_tokens": self.max_new_tokens,
             "ignore_eos": False if self.natural else None,
+            "ttft_bound_ms": self.ttft_bound,
+            "tpot_bound_ms": self.tpot_bound,
         }
         if self.batch_sizes is not None:
             try:

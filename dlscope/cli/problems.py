@@ -26,6 +26,8 @@ SCENARIO_OPTIONS = {
     "seed": "--seed",
     "max_new_tokens": "--max-new-tokens",
     "ignore_eos": "--natural",
+    "ttft_bound_ms": "--ttft-bound",
+    "tpot_bound_ms": "--tpot-bound",
 }
 REQUEST_OPTIONS = {
     "model": "MODEL",

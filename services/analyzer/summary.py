@@ -14,9 +14,16 @@ from typing import Any
 
 from shared.measurement import LatencyStatistics, judge, summarize_result
 from shared.measurement.cost import machine_report
-from shared.measurement.generation import summarize_generation
+from shared.measurement.generation import judge_tokens, summarize_generation
 from shared.measurement.loadgen import LoadgenResult
-from shared.messages import EvaluationMeasured, LatencySummary, Scenario
+from shared.messages import (
+    EvaluationMeasured,
+    GenerationSummary,
+    LatencySummary,
+    ReasonCode,
+    Scenario,
+    Verdict,
+)
 
 __all__ = ["summarize"]
 
@@ -38,6 +45,10 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
         environment=measured.conditions,
         noise=None if readings is None else readings.noise,
     )
+    generation = None
+    if measured.generation is not None:
+        generation = summarize_generation(measured.generation, seed=scenario.seed)
+        verdict = _with_token_bounds(verdict, generation, scenario)
     phase, headline = run.phases[0], statistics[0]
     return LatencySummary(
         **_flat(headline, phase.samples_per_query),
@@ -46,11 +57,7 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
         warmup_count=len(phase.warmup.latencies_ns),
         accuracy=measured.accuracy,
         fingerprint=measured.fingerprint,
-        generation=(
-            None
-            if measured.generation is None
-            else summarize_generation(measured.generation, seed=scenario.seed)
-        ),
+        generation=generation,
         scenario=scenario,
         headline=_label(headline.headline.percentile),
         statistics=list(statistics),
@@ -70,6 +77,23 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
             [p.window for p in run.phases], headline.count, phase.samples_per_query, readings
         ),
     )
+
+
+def _with_token_bounds(
+    verdict: Verdict, generation: GenerationSummary, scenario: Scenario
+) -> Verdict:
+    """A generative run judged by its TTFT and TPOT bounds where it has them: those replace
+    the end-to-end latency bound (a whole generation's latency is not what MLPerf's LLM
+    server rule bounds, and latency_bound_ms's default is an image model's)."""
+    token_bounds = scenario.ttft_bound_ms is not None or scenario.tpot_bound_ms is not None
+    kept = [
+        r
+        for r in verdict.reasons
+        if not (token_bounds and r.code is ReasonCode.LATENCY_BOUND_MISSED)
+    ]
+    reasons = (*kept, *judge_tokens(generation, scenario))
+    errors = any(r.severity == "error" for r in reasons)
+    return Verdict(status="INVALID" if errors else "VALID", reasons=reasons)
 
 
 def _flat(statistics: LatencyStatistics, samples_per_query: int) -> dict[str, Any]:

@@ -7,9 +7,17 @@ from __future__ import annotations
 import numpy as np
 
 from shared.measurement.statistics import summarize_latencies
-from shared.messages import GenerationRecord, GenerationSummary, LatencyStatistics
+from shared.messages import (
+    GenerationRecord,
+    GenerationSummary,
+    LatencyStatistics,
+    Reason,
+    ReasonCode,
+    Scenario,
+    Severity,
+)
 
-__all__ = ["summarize_generation"]
+__all__ = ["judge_tokens", "summarize_generation"]
 
 
 def summarize_generation(
@@ -49,3 +57,42 @@ def summarize_generation(
         output_tokens_per_s=output_tokens / (duration / 1e9),
         requests_per_s=len(requests) / (duration / 1e9),
     )
+
+
+def judge_tokens(summary: GenerationSummary, scenario: Scenario) -> list[Reason]:
+    """What the scenario's TTFT and TPOT bounds say of ``summary``: a p99 above its bound
+    misses it (an error, even when the p99 is only a bound: the true one is at least that);
+    a p99 at or below its bound from too few requests cannot show it is met (a warning)."""
+    reasons = []
+    checks = (
+        ("TTFT", summary.ttft, scenario.ttft_bound_ms, ReasonCode.TTFT_BOUND_MISSED),
+        ("TPOT", summary.tpot, scenario.tpot_bound_ms, ReasonCode.TPOT_BOUND_MISSED),
+    )
+    for name, statistics, bound_ms, code in checks:
+        if bound_ms is None or statistics is None:
+            continue
+        p99 = statistics.percentile(0.99)
+        value_ms = p99.value_ns / 1e6
+        if value_ms > bound_ms:
+            reasons.append(
+                Reason(
+                    code=code,
+                    severity=Severity.ERROR,
+                    message=f"p99 {name} {value_ms:.2f} ms exceeds the bound of {bound_ms:g} ms",
+                    measured=value_ms,
+                    limit=bound_ms,
+                )
+            )
+        elif p99.kind == "bound":
+            reasons.append(
+                Reason(
+                    code=ReasonCode.TOKEN_BOUND_UNPROVEN,
+                    severity=Severity.WARNING,
+                    message=f"p99 {name} {value_ms:.2f} ms is within {bound_ms:g} ms, but from "
+                    f"{statistics.count} values, fewer than the {p99.min_queries} a p99 needs: "
+                    "meeting the bound is not shown",
+                    measured=value_ms,
+                    limit=bound_ms,
+                )
+            )
+    return reasons

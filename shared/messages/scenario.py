@@ -114,6 +114,21 @@ class Scenario(BaseModel):
         "sequence is not a stop), so requests are comparable; false stops at it (natural)",
     )
 
+    ttft_bound_ms: float | None = Field(
+        strict=True,
+        default=None,
+        gt=0,
+        description="text generation: the p99 time to first token the run must meet "
+        "(MLPerf's LLM server rule); with it or tpot_bound_ms, these judge the run, not "
+        "latency_bound_ms",
+    )
+    tpot_bound_ms: float | None = Field(
+        strict=True,
+        default=None,
+        gt=0,
+        description="text generation: the p99 time per output token the run must meet",
+    )
+
     @model_validator(mode="after")
     def _runnable(self) -> Self:
         # The bounds of the scenario named (a field that does not apply to it is not

@@ -37,6 +37,9 @@ class ReasonCode(StrEnum):
     OTHER_GPU_PROCESSES = "other_gpu_processes"
     NOISE_PROBE_SHIFTED = "noise_probe_shifted"
     MEASURED_UNDER_CONTENTION = "measured_under_contention"
+    TTFT_BOUND_MISSED = "ttft_bound_missed"
+    TPOT_BOUND_MISSED = "tpot_bound_missed"
+    TOKEN_BOUND_UNPROVEN = "token_bound_unproven"
 
 
 class Severity(StrEnum):

@@ -425,6 +425,24 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
         assert metric in table
     assert "time per output token: (E2E - TTFT) / (output tokens - 1)" in table
 
-    server = dlscope(tmp_path, "run", "smollm2", "--scenario", "server", "--max-new-tokens", "4")
-    assert server.returncode == 1
-    assert "generates text: it runs the single-stream scenario" in server.stderr
+    # Poisson arrivals faster than the model generates: requests queue, and TTFT, counted
+    # from each request's scheduled time, grows past a bound no run here can meet.
+    server_file = tmp_path / "server.json"
+    server = dlscope(
+        tmp_path,
+        *("run", "smollm2", "--scenario", "server", "--qps", "20", "-n", "6"),
+        *("--min-duration", "0", "--max-new-tokens", "4", "--ttft-bound", "1"),
+        *("--json", str(server_file)),
+    )
+    assert server.returncode == 0, server.stderr
+    result = json.loads(server_file.read_text())["evaluation"]["result"]
+    codes = {reason["code"] for reason in result["verdict"]["reasons"]}
+    assert result["verdict"]["status"] == "INVALID"
+    assert "ttft_bound_missed" in codes
+    assert "latency_bound_missed" not in codes, "the token bounds judge a generation"
+    ttft = result["generation"]["ttft"]
+    assert ttft["max_ns"] > 2 * ttft["min_ns"], "later arrivals waited in the queue"
+
+    offline = dlscope(tmp_path, "run", "smollm2", "--scenario", "offline", "--max-new-tokens", "4")
+    assert offline.returncode == 1
+    assert "generates text: it runs the single-stream and server scenarios" in offline.stderr

@@ -12,8 +12,14 @@ from pydantic import ValidationError
 from services.workers.framework.generation import Generator, record
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
-from shared.measurement.generation import summarize_generation
-from shared.messages import GeneratedRequest, GenerationRecord, Scenario
+from shared.measurement.generation import judge_tokens, summarize_generation
+from shared.messages import (
+    GeneratedRequest,
+    GenerationRecord,
+    ReasonCode,
+    Scenario,
+    Severity,
+)
 
 VOCABULARY = 10
 EOS = 9
@@ -204,3 +210,32 @@ def test_recorded_times_start_at_the_timed_phase() -> None:
     assert first.scheduled_ns == first.issued_ns == 0
     assert second.scheduled_ns == second.issued_ns > first.token_ns[-1] - 1
     assert [r.output_tokens for r in measured.requests] == [2, 2]
+
+
+def _timed(count: int, ttft_ms: float, tpot_ms: float) -> GenerationRecord:
+    ms = 1_000_000
+    requests = [
+        _request(
+            i * 1000 * ms,
+            i * 1000 * ms,
+            [int(i * 1000 * ms + ttft_ms * ms + k * tpot_ms * ms) for k in range(3)],
+        )
+        for i in range(count)
+    ]
+    return GenerationRecord(
+        max_new_tokens=3, ignore_eos=True, duration_ns=count * 1000 * ms, requests=requests
+    )
+
+
+def test_token_bounds_judge_the_p99_ttft_and_tpot() -> None:
+    bounds = Scenario(name="server", ttft_bound_ms=100, tpot_bound_ms=20)
+    missed = judge_tokens(summarize_generation(_timed(10, 150, 10)), bounds)
+    assert [(r.code, r.severity) for r in missed] == [
+        (ReasonCode.TTFT_BOUND_MISSED, Severity.ERROR),
+        (ReasonCode.TOKEN_BOUND_UNPROVEN, Severity.WARNING),  # TPOT within, from 10 values
+    ]
+    assert missed[0].measured == pytest.approx(150)
+    assert missed[0].limit == 100
+    met = judge_tokens(summarize_generation(_timed(700, 50, 10)), bounds)
+    assert met == []
+    assert judge_tokens(summarize_generation(_timed(10, 150, 10)), Scenario()) == []

@@ -35,7 +35,7 @@ from shared.measurement.cost import JobReadings, peak_memory, reset_peak_memory
 from shared.measurement.noise import NoiseProbe, probe_ns
 from shared.measurement.progress import OnStep, Step, ignore_steps
 from shared.measurement.readings import MachineWatch
-from shared.messages import RunEvaluation, SingleStream
+from shared.messages import RunEvaluation, Server, SingleStream
 from shared.processing.text import load_tokenizer, synthetic_texts
 
 if TYPE_CHECKING:
@@ -54,18 +54,32 @@ def _texts(job: RunEvaluation, dataset: Dataset | None, tokenizer: Tokenizer) ->
     )
 
 
-def _plan(job: RunEvaluation) -> SingleStream:
+def _plan(job: RunEvaluation) -> SingleStream | Server:
     plan = job.scenario.measurement()
-    if not isinstance(plan, SingleStream) or job.scenario.driver != "native":
+    if not isinstance(plan, SingleStream | Server) or job.scenario.driver != "native":
         raise PredictorError(
-            f"{job.manifest.ref} generates text: it runs the single-stream scenario of "
-            f"dlscope's driver, one prompt a query, so far (asked: {job.scenario.name}, "
-            f"driver {job.scenario.driver}, batch size {job.scenario.batch_size})"
+            f"{job.manifest.ref} generates text: it runs the single-stream and server "
+            f"scenarios of dlscope's driver, one prompt a query, so far (asked: "
+            f"{job.scenario.name}, driver {job.scenario.driver}, batch size "
+            f"{job.scenario.batch_size})"
         )
     window = min(plan.warmup.window_queries, GENERATION_WARMUP)
     return plan.model_copy(
         update={"warmup": plan.warmup.model_copy(update={"window_queries": window})}
     )
+
+
+def _scheduled(
+    timed: Sequence[Generated], latencies_ns: Sequence[int], *, server: bool
+) -> list[int] | None:
+    """When each timed request was scheduled. Single-stream issues each when it is scheduled
+    (None: the issue times). The server driver stamps each query's latency from its scheduled
+    arrival to its completion; the completion follows the last token by the driver's own few
+    microseconds, so the arrival is the last token's time less that latency, early by those
+    microseconds at most (TTFT and E2E from it are long by as much, never short)."""
+    if not server:
+        return None
+    return [g.token_ns[-1] - latency for g, latency in zip(timed, latencies_ns, strict=True)]
 
 
 def measure_generation(
@@ -117,10 +131,11 @@ def measure_generation(
         # The driver called run_query for the cold query, the warm-up, then the timed ones:
         # the last of the generations are the timed requests, in order.
         timed = generated[-len(phase.latencies_ns) :]
+        scheduled = _scheduled(timed, phase.latencies_ns, server=isinstance(plan, Server))
         generation = record(
             timed,
-            scheduled_ns=None,  # single-stream: each is issued when it is scheduled
-            begin_ns=timed[0].issued_ns,
+            scheduled_ns=scheduled,
+            begin_ns=min(scheduled) if scheduled else timed[0].issued_ns,
             duration_ns=phase.duration_ns,
             max_new_tokens=job.scenario.max_new_tokens,
             ignore_eos=job.scenario.ignore_eos,
