@@ -27,24 +27,29 @@ def comparison_table(title: str, comparison: ExperimentComparison) -> Table:
     the framework process's peak memory), top-1, its verdict and parity with the reference
     member."""
     with_accuracy = any(m.accuracy for m in comparison.evaluations)
+    with_tokens = any(m.tokens for m in comparison.evaluations)
     table = Table(title=title)
     for column in ("framework", "version", "host"):
         table.add_column(column)
     for column in ("p50 ms", "p90 ms", "p99 ms", "samples/s", "CPU ms/query", "peak MiB"):
         table.add_column(column, justify="right")
+    if with_tokens:
+        for column in ("TTFT p50 ms", "TPOT p50 ms", "ITL p99 ms", "tokens/s"):
+            table.add_column(column, justify="right")
     if with_accuracy:
         table.add_column("top-1", justify="right")
     table.add_column("verdict")
     table.add_column("parity vs reference")
     versus = {p.candidate: p for p in comparison.parity if p.reference == comparison.reference}
     for member in comparison.evaluations:
-        table.add_row(*_row(member, with_accuracy, comparison.reference, versus))
+        table.add_row(*_row(member, with_accuracy, with_tokens, comparison.reference, versus))
     return table
 
 
 def _row(
     member: MemberResult,
     with_accuracy: bool,
+    with_tokens: bool,
     reference: uuid.UUID | None,
     versus: dict[uuid.UUID, PairParity],
 ) -> list[str]:
@@ -56,11 +61,25 @@ def _row(
         cells += [f"{latency.p50_ms:.3f}", f"{latency.p90_ms:.3f}", f"{latency.p99_ms:.3f}"]
         cells.append(f"{latency.throughput_per_s:.1f}")
     cells += cost_cells(member.cost)
+    if with_tokens:
+        cells += _token_cells(member)
     if with_accuracy:
         cells.append(f"{member.accuracy.top1:.4f}" if member.accuracy else "-")
     cells.append(_verdict(member))
     cells.append(_parity(member, reference, versus))
     return cells
+
+
+def _token_cells(member: MemberResult) -> list[str]:
+    tokens = member.tokens
+    if tokens is None:
+        return ["-"] * 4
+    return [
+        f"{tokens.ttft_p50_ms:.1f}",
+        "-" if tokens.tpot_p50_ms is None else f"{tokens.tpot_p50_ms:.2f}",
+        "-" if tokens.itl_p99_ms is None else f"{tokens.itl_p99_ms:.2f}",
+        f"{tokens.output_tokens_per_s:.1f}",
+    ]
 
 
 def _verdict(member: MemberResult) -> str:

@@ -18,12 +18,15 @@ from dataclasses import dataclass, field, replace
 from services.analyzer.parity import compare_outputs
 from shared.messages import (
     ComparedLatency,
+    ComparedTokens,
     EvaluationCompleted,
     EvaluationFailed,
     ExperimentComparison,
     ExperimentGap,
     ExperimentMember,
     ExperimentScheduled,
+    GenerationSummary,
+    LatencyStatistics,
     MemberResult,
     PairParity,
 )
@@ -112,6 +115,7 @@ def _result(
             latency=ComparedLatency.model_validate(
                 summary.model_dump(include=set(ComparedLatency.model_fields))
             ),
+            tokens=_tokens(summary.generation),
             accuracy=summary.accuracy,
             verdict=summary.verdict,
             cost=None if summary.machine is None else summary.machine.cost,
@@ -122,6 +126,23 @@ def _result(
         **common,
         status="missing",
         error=f"timeout: no outcome within {plan.deadline_s:g} s of the experiment being scheduled",
+    )
+
+
+def _tokens(generation: GenerationSummary | None) -> ComparedTokens | None:
+    if generation is None:
+        return None
+
+    def ms(statistics: LatencyStatistics | None, p: float) -> float | None:
+        return None if statistics is None else statistics.percentile(p).value_ns / 1e6
+
+    ttft = ms(generation.ttft, 0.5)
+    assert ttft is not None
+    return ComparedTokens(
+        ttft_p50_ms=ttft,
+        tpot_p50_ms=ms(generation.tpot, 0.5),
+        itl_p99_ms=ms(generation.itl, 0.99),
+        output_tokens_per_s=generation.output_tokens_per_s,
     )
 
 

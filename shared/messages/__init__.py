@@ -62,6 +62,7 @@ from shared.messages.evaluation import (
 )
 from shared.messages.experiment import (
     ComparedLatency,
+    ComparedTokens,
     ExperimentCompared,
     ExperimentComparison,
     ExperimentFailed,
@@ -171,6 +172,7 @@ __all__ = [
     "CdfPoint",
     "CheckAttempt",
     "ComparedLatency",
+    "ComparedTokens",
     "DeprecateArtifact",
     "DeprecationResult",
     "DeviceLease",

@@ -193,6 +193,15 @@ class ComparedLatency(_Bounded):
     throughput_per_s: float
 
 
+class ComparedTokens(_Bounded):
+    """A generative member's token latencies (medians) and throughput, side by side."""
+
+    ttft_p50_ms: float
+    tpot_p50_ms: float | None
+    itl_p99_ms: float | None
+    output_tokens_per_s: float
+
+
 class MemberResult(_Bounded):
     evaluation_id: uuid.UUID
     model: str
@@ -205,6 +214,9 @@ class MemberResult(_Bounded):
         description="'missing': no outcome by the experiment's deadline"
     )
     latency: ComparedLatency | None = None
+    tokens: ComparedTokens | None = Field(
+        default=None, description="a generative member's TTFT, TPOT, ITL and tokens/s"
+    )
     accuracy: AccuracyMeasurement | None = None
     error: Reason | None = Field(default=None, description="'<stage>: <reason>' unless completed")
     verdict: Verdict | None = Field(

@@ -399,6 +399,9 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
     (pair,) = comparison["parity"]
     assert pair["top1_agreement"] == 1.0, "greedy decoding gives the same tokens everywhere"
     assert pair["bitwise_identical"] is True
+    for member in comparison["evaluations"]:
+        assert member["tokens"]["ttft_p50_ms"] > 0
+        assert member["tokens"]["output_tokens_per_s"] > 0
     for evaluation in document["evaluations"]:
         generation = evaluation["result"]["generation"]
         assert generation["requests"] == 3
