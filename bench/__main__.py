@@ -23,6 +23,7 @@ BENCHMARKS = (
     "ui_pages",
     "fairness",
     "interference",
+    "generation",
 )
 
 

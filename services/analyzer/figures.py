@@ -24,11 +24,14 @@ from shared.messages import (
     EvaluationFigures,
     EvaluationMeasured,
     EvaluationProfiled,
+    GenerationRecord,
     HistogramBin,
     LayerShare,
     LayerTiming,
     PhaseFigures,
     SeriesPoint,
+    TokenFigures,
+    TokenTimeline,
     WarmupFigure,
 )
 
@@ -42,6 +45,7 @@ __all__ = [
     "histogram",
     "layer_shares",
     "series",
+    "tokens",
 ]
 
 MAX_BINS = 60
@@ -88,6 +92,45 @@ def figures(
         warmup=_warmup(run.phases[0].warmup),
         layers=layers,
         layers_source=source,
+        tokens=None if measured.generation is None else tokens(measured.generation),
+    )
+
+
+# The requests whose tokens the timeline draws, and its points per request.
+TIMELINES = 40
+TIMELINE_POINTS = 200
+
+
+def tokens(record: GenerationRecord) -> TokenFigures:
+    """The token latencies' CDFs (as ``shared.messages.generation`` defines each) and the
+    first requests' tokens over time."""
+    requests = record.requests
+    ttft = [(r.token_ns[0] - r.scheduled_ns) * _MS for r in requests]
+    tpot = [
+        (r.token_ns[-1] - r.token_ns[0]) * _MS / (r.output_tokens - 1)
+        for r in requests
+        if r.output_tokens > 1
+    ]
+    gaps = [np.diff(np.asarray(r.token_ns, dtype=np.float64)) * _MS for r in requests]
+    itl = np.concatenate(gaps) if gaps else np.zeros(0)
+    timelines = []
+    for number, request in enumerate(requests[:TIMELINES]):
+        times = np.asarray(request.token_ns, dtype=np.float64) - request.scheduled_ns
+        kept = np.unique(
+            np.linspace(0, len(times) - 1, min(len(times), TIMELINE_POINTS)).round().astype(int)
+        )
+        timelines.append(
+            TokenTimeline(
+                request=number,
+                tokens=[int(i) + 1 for i in kept],
+                ms=[float(times[i] * _MS) for i in kept],
+            )
+        )
+    return TokenFigures(
+        ttft=cdf(np.sort(np.asarray(ttft))),
+        tpot=cdf(np.sort(np.asarray(tpot))) if tpot else [],
+        itl=cdf(np.sort(itl)) if itl.size else [],
+        timelines=timelines,
     )
 
 

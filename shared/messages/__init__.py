@@ -29,6 +29,8 @@ from shared.messages.analysis import (
     LayerShare,
     PhaseFigures,
     SeriesPoint,
+    TokenFigures,
+    TokenTimeline,
     WarmupFigure,
 )
 from shared.messages.attempts import (
@@ -255,6 +257,8 @@ __all__ = [
     "StopReason",
     "Throughput",
     "TimedPhase",
+    "TokenFigures",
+    "TokenTimeline",
     "Topology",
     "TraceLevel",
     "UploadedFile",

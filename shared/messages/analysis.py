@@ -115,6 +115,24 @@ class LayerShare(Frozen):
     share: float = Field(ge=0, description="of a query's time (or of the summed layer time)")
 
 
+class TokenTimeline(Frozen):
+    """One generated request: when each of its tokens came, in ms from its scheduled time
+    (thinned to at most a few hundred points; the last token always kept)."""
+
+    request: int = Field(ge=0, description="its place among the timed requests")
+    tokens: list[int] = Field(description="tokens so far at each point")
+    ms: list[float] = Field(description="ms from the request's scheduled time")
+
+
+class TokenFigures(Frozen):
+    """A generative evaluation's token latencies, as the pages draw them."""
+
+    ttft: list[CdfPoint]
+    tpot: list[CdfPoint]
+    itl: list[CdfPoint]
+    timelines: list[TokenTimeline] = Field(description="the first timed requests' tokens")
+
+
 class EvaluationFigures(Frozen):
     evaluation_id: uuid.UUID
     driver: str = Field(description="native, or loadgen (no raw latencies: no phases)")
@@ -124,6 +142,9 @@ class EvaluationFigures(Frozen):
     layers: list[LayerShare] = Field(default_factory=list, description="slowest first")
     layers_source: str | None = Field(
         default=None, description="where the layer times come from, e.g. a profiled pass"
+    )
+    tokens: TokenFigures | None = Field(
+        default=None, description="a generative evaluation's TTFT, TPOT and ITL CDFs, timelines"
     )
 
 

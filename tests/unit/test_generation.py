@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from services.analyzer.figures import TIMELINE_POINTS, TIMELINES
+from services.analyzer.figures import tokens as token_figures
 from services.workers.framework.generation import Generator, record
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
@@ -239,3 +241,25 @@ def test_token_bounds_judge_the_p99_ttft_and_tpot() -> None:
     met = judge_tokens(summarize_generation(_timed(700, 50, 10)), bounds)
     assert met == []
     assert judge_tokens(summarize_generation(_timed(10, 150, 10)), Scenario()) == []
+
+
+def test_token_figures_are_bounded_and_start_at_the_scheduled_time() -> None:
+    ms = 1_000_000
+    long_requests = [
+        _request(i * ms, i * ms, [i * ms + 50 * ms + k * 10 * ms for k in range(1000)])
+        for i in range(60)
+    ]
+    drawn = token_figures(
+        GenerationRecord(
+            max_new_tokens=1000, ignore_eos=True, duration_ns=20_000 * ms, requests=long_requests
+        )
+    )
+    assert len(drawn.timelines) == TIMELINES
+    first = drawn.timelines[0]
+    assert len(first.ms) <= TIMELINE_POINTS
+    assert first.tokens[0] == 1
+    assert first.ms[0] == pytest.approx(50.0)  # the TTFT
+    assert first.tokens[-1] == 1000  # the last token is always kept
+    assert drawn.ttft[-1].fraction == 1.0
+    assert drawn.tpot[0].latency_ms == pytest.approx(10.0)
+    assert drawn.itl[-1].latency_ms == pytest.approx(10.0)

@@ -208,6 +208,9 @@ def evaluation_charts(document: EvaluationDocument) -> dict[str, Spec]:
         drawn["warmup"] = charts.warmup(figures.warmup)
     if figures.layers:
         drawn["layers"] = charts.layers(figures.layers)
+    if figures.tokens is not None:
+        drawn["token_cdf"] = charts.token_cdf(figures.tokens)
+        drawn["token_timeline"] = charts.token_timeline(figures.tokens)
     return drawn
 
 
@@ -314,7 +317,26 @@ def evaluation_info(document: EvaluationDocument) -> dict[str, Any]:
         "environment": environment_rows(document.view.environment),
         "explanations": EXPLANATIONS,
         "machine": machine_info(summary),
+        "tokens": [] if summary is None else token_rows(summary),
     }
+
+
+def token_rows(summary: LatencySummary) -> list[dict[str, Any]]:
+    """A generative evaluation's TTFT, TPOT, ITL and E2E rows, each with its definition."""
+    generation = summary.generation
+    if generation is None:
+        return []
+    metrics = {
+        "TTFT": generation.ttft,
+        "TPOT": generation.tpot,
+        "ITL": generation.itl,
+        "E2E": generation.e2e,
+    }
+    return [
+        {**_row(statistics), "metric": name, "definition": generation.definitions[name.lower()]}
+        for name, statistics in metrics.items()
+        if statistics is not None
+    ]
 
 
 def experiment_info(document: ExperimentDocument) -> dict[str, Any]:

@@ -12,6 +12,7 @@ accessible label.
     batches      latency and throughput per batch size
     comparison   per-framework bars, CDFs, parity
     history      one model x framework x hardware over time
+    tokens       a generation's TTFT, TPOT and ITL CDFs, tokens over time
 """
 
 from services.gateway.ui.charts.base import SCHEMA, Spec
@@ -19,6 +20,7 @@ from services.gateway.ui.charts.batches import batch_latency, batch_throughput
 from services.gateway.ui.charts.comparison import framework_bars, framework_cdf, parity_heatmap
 from services.gateway.ui.charts.history import history
 from services.gateway.ui.charts.latency import cdf, histogram, layers, series, warmup
+from services.gateway.ui.charts.tokens import token_cdf, token_timeline
 
 __all__ = [
     "SCHEMA",
@@ -33,5 +35,7 @@ __all__ = [
     "layers",
     "parity_heatmap",
     "series",
+    "token_cdf",
+    "token_timeline",
     "warmup",
 ]

@@ -1,0 +1,128 @@
+"""A language model's evaluation page in a real Chromium: the token latencies with their
+definitions, the TTFT/TPOT/ITL CDFs and the tokens-over-time chart, drawn under the gateway's
+Content-Security-Policy. The model is built here and registered in the embedded registry
+(``dlscope zoo build smollm2``; at 650 MB it is past what one upload to a gateway carries),
+then ``dlscope up`` serves the same home over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from harness.relay import free_port
+from harness.waiting import eventually
+from shared.config import REPOSITORY_ROOT
+from tests.e2e.browser import Browser, charts_drawn, launch_chromium, playwright_api, secured, shot
+
+pytestmark = pytest.mark.e2e
+
+
+def _environment(home: Path) -> dict[str, str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
+    environment["DLSCOPE_HOME"] = str(home)
+    return environment
+
+
+async def _completed(http: httpx.AsyncClient, evaluation_id: str) -> dict[str, Any]:
+    async def settled() -> dict[str, Any] | None:
+        found: dict[str, Any] = (await http.get(f"/v1/evaluations/{evaluation_id}")).json()
+        return found if found["status"] in ("completed", "failed") else None
+
+    evaluation = await eventually(settled, timeout=240)
+    assert evaluation is not None
+    return evaluation
+
+
+async def test_a_generation_page_shows_its_token_latencies_and_charts(tmp_path: Path) -> None:
+    environment = _environment(tmp_path)
+    built = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "dlscope", "zoo", "build", "smollm2"],
+        env=environment,
+        cwd=REPOSITORY_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "dlscope", "up", "--port", str(port)),
+        env=environment,
+        cwd=REPOSITORY_ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+
+            async def listening() -> bool | None:
+                try:
+                    agents = (await http.get("/v1/agents")).json()
+                except httpx.HTTPError:
+                    return None
+                return True if any(a["status"] == "online" for a in agents) else None
+
+            assert await eventually(listening, timeout=120)
+            response = await http.post(
+                "/v1/evaluations",
+                json={
+                    "model": "smollm2",
+                    "framework": "onnxruntime",
+                    "scenario": {
+                        "iterations": 6,
+                        "min_duration_s": 0,
+                        "warmup": 2,
+                        "max_new_tokens": 8,
+                    },
+                },
+            )
+            assert response.status_code == 202, response.text
+            evaluation_id = response.json()["id"]
+            evaluation = await _completed(http, evaluation_id)
+            assert evaluation["status"] == "completed", evaluation["error"]
+            assert evaluation["result"]["generation"]["requests"] == 6
+
+            async with playwright_api.async_playwright() as playwright:
+                browser = await launch_chromium(playwright)
+                try:
+                    await _read_the_page(Browser(browser, base), evaluation_id)
+                finally:
+                    await browser.close()
+    finally:
+        process.terminate()
+        await asyncio.wait_for(process.wait(), 30)
+
+
+async def _read_the_page(chromium: Browser, evaluation_id: str) -> None:
+    page = await chromium.page()
+    response = await page.goto(f"/evaluations/{evaluation_id}")
+    secured(await response.all_headers())
+    tokens = page.locator("section", has=page.locator("h2", has_text="Tokens"))
+    await tokens.wait_for()
+    text = " ".join((await tokens.inner_text()).split())
+    assert "6 timed requests" in text
+    assert "output tokens/s" in text
+    for metric in ("TTFT", "TPOT", "ITL", "E2E"):
+        assert await tokens.locator("th[scope=row]", has_text=metric).count() == 1
+    assert "time to first token: first token's time - the request's scheduled time" in text
+    drawn = await charts_drawn(page)
+    assert await tokens.locator("div.vega").count() == 2
+    assert drawn >= 2
+    labels = [
+        await tokens.locator("div.vega").nth(i).get_attribute("aria-label") or "" for i in range(2)
+    ]
+    assert any("time to first token" in label for label in labels), labels
+    assert any("Tokens generated over time" in label for label in labels), labels
+    await shot(page, "evaluation-tokens")
+    assert chromium.errors == []
+    assert chromium.violations == []
+    assert chromium.dialogs == []
