@@ -26,6 +26,7 @@ from shared.manifests.steps import (
     OUTPUT_OPS,
     ArgmaxStep,
     CastStep,
+    ChatTemplateStep,
     ColorMode,
     ColorStep,
     CropStep,
@@ -41,6 +42,7 @@ from shared.manifests.steps import (
     SoftmaxStep,
     TokenizeStep,
     TopKStep,
+    text_steps,
 )
 from shared.manifests.versions import matches, parse_constraint, parse_version
 
@@ -54,6 +56,7 @@ __all__ = [
     "ArgmaxStep",
     "CacheLink",
     "CastStep",
+    "ChatTemplateStep",
     "ColorMode",
     "ColorStep",
     "CropStep",
@@ -94,4 +97,5 @@ __all__ = [
     "parse_manifest",
     "parse_version",
     "read_yaml",
+    "text_steps",
 ]

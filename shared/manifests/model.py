@@ -23,7 +23,13 @@ from shared.manifests.fields import (
 )
 from shared.manifests.pipeline import check_input_steps, check_output_steps
 from shared.manifests.sources import ModelSource
-from shared.manifests.steps import InputStep, OutputStep, TokenizeStep
+from shared.manifests.steps import (
+    ChatTemplateStep,
+    InputStep,
+    OutputStep,
+    TokenizeStep,
+    text_steps,
+)
 from shared.manifests.versions import parse_constraint
 
 __all__ = [
@@ -188,11 +194,18 @@ class ModelManifest(Versioned):
             for i, spec in enumerate(self.inputs):
                 if spec.name in cache:
                     continue
-                if not spec.steps or not isinstance(spec.steps[0], TokenizeStep):
+                if text_steps(spec.steps) is None:
                     raise ValueError(
                         f"inputs.{i}.steps: a text model makes every input from its texts: "
                         "start these steps with tokenize too"
                     )
+        for i, spec in enumerate(self.inputs):
+            chat = spec.steps and isinstance(spec.steps[0], ChatTemplateStep)
+            if chat and (self.generation is None or self.generation.chat_template is None):
+                raise ValueError(
+                    f"inputs.{i}.steps.0: chat_template formats a prompt with the model's "
+                    "generation.chat_template, and this model has none"
+                )
         return self
 
     @model_validator(mode="after")
@@ -214,7 +227,7 @@ class ModelManifest(Versioned):
                 kind = "inputs" if tensors is inputs else "outputs"
                 raise ValueError(f"{where}: {name!r} is not one of the model's {kind}")
         ids = inputs[generation.input_ids]
-        if not ids.steps or not isinstance(ids.steps[0], TokenizeStep):
+        if text_steps(ids.steps) is None:
             raise ValueError(
                 f"generation.input_ids: input {ids.name!r} must start with a tokenize step"
             )
@@ -230,9 +243,7 @@ class ModelManifest(Versioned):
     @property
     def tokenized(self) -> bool:
         """Whether the model takes text: its inputs are made by tokenize steps."""
-        return any(
-            isinstance(step, TokenizeStep) for spec in self.inputs for step in spec.steps[:1]
-        )
+        return any(text_steps(spec.steps) is not None for spec in self.inputs)
 
     @field_validator("attributes")
     @classmethod

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from shared.manifests.steps import (
     CastStep,
+    ChatTemplateStep,
     ColorStep,
     CropStep,
     DecodeStep,
@@ -24,6 +25,7 @@ from shared.manifests.steps import (
     ResizeStep,
     TokenizeStep,
     TopKStep,
+    text_steps,
 )
 
 __all__ = ["check_input_steps", "check_output_steps"]
@@ -75,9 +77,14 @@ def _check_decode_first(steps: Sequence[InputStep]) -> None:
 
 def _check_text(steps: Sequence[InputStep], *, element_type: str, shape: Sequence[int]) -> None:
     """Token ids are [batch, sequence] integers; only a cast may follow the tokenizer."""
-    first = steps[0]
-    assert isinstance(first, TokenizeStep)
-    for step in steps[1:]:
+    opening = text_steps(steps)
+    if opening is None:
+        raise ValueError("chat_template comes just before tokenize")
+    chat, first = opening
+    after = steps[2:] if chat is not None else steps[1:]
+    for step in after:
+        if isinstance(step, ChatTemplateStep):
+            raise ValueError("chat_template comes first, just before tokenize, and only once")
         if isinstance(step, TokenizeStep):
             raise ValueError("tokenize comes first, and only once")
         if not isinstance(step, CastStep | PluginStep):
@@ -93,7 +100,7 @@ def _check_text(steps: Sequence[InputStep], *, element_type: str, shape: Sequenc
             f"tokenize pads to max_length {first.max_length} but shape is {list(shape)}"
         )
     produced = "int64"
-    for step in steps[1:]:
+    for step in after:
         produced = step.dtype if isinstance(step, CastStep) else element_type
     if produced != element_type:
         raise ValueError(
@@ -108,8 +115,8 @@ def check_input_steps(
     """Raise ``ValueError`` saying what to change when ``steps`` cannot give this tensor."""
     if not steps:
         return
-    if any(isinstance(step, TokenizeStep) for step in steps):
-        if not isinstance(steps[0], TokenizeStep):
+    if any(isinstance(step, TokenizeStep | ChatTemplateStep) for step in steps):
+        if not isinstance(steps[0], TokenizeStep | ChatTemplateStep):
             raise ValueError("tokenize takes the raw text: it must be the first step")
         _check_text(steps, element_type=element_type, shape=shape)
         return

@@ -8,6 +8,7 @@ identically. The semantics (formulas, rounding, order) are specified in docs/man
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -29,6 +30,7 @@ __all__ = [
     "OUTPUT_OPS",
     "ArgmaxStep",
     "CastStep",
+    "ChatTemplateStep",
     "ColorMode",
     "ColorStep",
     "CropStep",
@@ -44,6 +46,7 @@ __all__ = [
     "SoftmaxStep",
     "TokenizeStep",
     "TopKStep",
+    "text_steps",
 ]
 
 ColorMode = Literal["RGB", "BGR", "GRAY"]
@@ -150,6 +153,16 @@ class TokenizeStep(Strict):
     pad_id: NonNegativeInt = 0
 
 
+class ChatTemplateStep(Strict):
+    """A text as one user message of a chat, in the model's own chat template
+    (``generation.chat_template``), with an optional system message first and the opening of
+    the assistant's turn after (``add_generation_prompt``). Comes just before tokenize."""
+
+    op: Literal["chat_template"] = "chat_template"
+    system: str | None = None
+    add_generation_prompt: bool = True
+
+
 class PluginStep(Strict):
     """A step installed by the operator under the ``dlscope.steps`` entry-point group."""
 
@@ -215,6 +228,7 @@ _INPUT = (
     | ColorStep
     | CastStep
     | TokenizeStep
+    | ChatTemplateStep
     | PluginStep
 )
 _OUTPUT = SoftmaxStep | ArgmaxStep | FlattenStep | TopKStep | PluginStep
@@ -224,3 +238,13 @@ OutputStep = Annotated[_OUTPUT, Field(discriminator="op")]
 # The ops each list accepts, in the order the error messages and docs list them.
 INPUT_OPS: tuple[str, ...] = tuple(c.model_fields["op"].default for c in get_args(_INPUT))
 OUTPUT_OPS: tuple[str, ...] = tuple(c.model_fields["op"].default for c in get_args(_OUTPUT))
+
+
+def text_steps(steps: Sequence[InputStep]) -> tuple[ChatTemplateStep | None, TokenizeStep] | None:
+    """A text input's opening steps, ``[chat_template?, tokenize]``; None for an input that
+    does not start with them (an image's, a cache's)."""
+    chat = steps[0] if steps and isinstance(steps[0], ChatTemplateStep) else None
+    rest = steps[1:] if chat is not None else steps
+    if rest and isinstance(rest[0], TokenizeStep):
+        return chat, rest[0]
+    return None

@@ -25,13 +25,13 @@ from shared.manifests import (
     NormalizeStep,
     PluginStep,
     ResizeStep,
-    TokenizeStep,
+    text_steps,
 )
 from shared.processing.errors import ProcessingError
 from shared.processing.images import Array, Pixels, convert_color, crop, decode, resize
 from shared.processing.plugins import load_step
 from shared.processing.tensors import cast, normalize, to_layout
-from shared.processing.text import tokenize
+from shared.processing.text import render_chat, tokenize
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -50,12 +50,17 @@ def preprocess(steps: Sequence[InputStep], raw: object) -> Array:
 
 
 def preprocess_batch(
-    steps: Sequence[InputStep], raws: Iterable[object], *, tokenizer: Tokenizer | None = None
+    steps: Sequence[InputStep],
+    raws: Iterable[object],
+    *,
+    tokenizer: Tokenizer | None = None,
+    chat_template: str | None = None,
 ) -> Array:
     """Several samples through ``steps``, stacked on a new first (batch) axis; ``tokenizer``
-    is the model's, for steps that start with ``tokenize``."""
-    if steps and isinstance(steps[0], TokenizeStep):
-        return _text_batch(steps, list(raws), tokenizer)
+    is the model's, for steps that start with ``tokenize``, and ``chat_template`` its chat
+    template, for a ``chat_template`` step."""
+    if text_steps(steps) is not None:
+        return _text_batch(steps, list(raws), tokenizer, chat_template)
     first_batchwise = len(steps)
     while first_batchwise > 0 and isinstance(steps[first_batchwise - 1], _BATCHWISE):
         first_batchwise -= 1
@@ -70,14 +75,22 @@ def preprocess_batch(
 
 
 def _text_batch(
-    steps: Sequence[InputStep], texts: Sequence[object], tokenizer: Tokenizer | None
+    steps: Sequence[InputStep],
+    texts: Sequence[object],
+    tokenizer: Tokenizer | None,
+    chat_template: str | None,
 ) -> Array:
-    first = steps[0]
-    assert isinstance(first, TokenizeStep)
+    opening = text_steps(steps)
+    assert opening is not None
+    chat, first = opening
     if tokenizer is None:
         raise ProcessingError("tokenize needs the model's tokenizer, and none was given")
+    if chat is not None:
+        if chat_template is None:
+            raise ProcessingError("chat_template needs the model's chat template, and it has none")
+        texts = [render_chat(chat_template, text, chat) for text in texts]
     tensor = tokenize(first, texts, tokenizer)
-    for step in steps[1:]:  # the manifest allows only these after tokenize
+    for step in steps[2 if chat is not None else 1 :]:  # only these may follow tokenize
         match step:
             case CastStep():
                 tensor = cast(tensor, step)

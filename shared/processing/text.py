@@ -12,17 +12,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shared.manifests import TokenizeStep
+from shared.manifests import ChatTemplateStep, TokenizeStep
 from shared.processing.errors import ProcessingError
 
 if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
 
-__all__ = ["load_tokenizer", "synthetic_texts", "tokenize", "vocabulary_size"]
+__all__ = ["load_tokenizer", "render_chat", "synthetic_texts", "tokenize", "vocabulary_size"]
 
 
 @functools.lru_cache(maxsize=8)
@@ -88,3 +88,34 @@ def synthetic_texts(tokenizer: Tokenizer, count: int, words: int, *, seed: int) 
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(vocabulary), size=(count, words))
     return [" ".join(vocabulary[i] for i in row) for row in picks]
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(template: str) -> Any:
+    # A sandbox: the template comes from a manifest, which anyone who may register one wrote;
+    # it may format text, never reach Python's objects, files or imports.
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    try:
+        return ImmutableSandboxedEnvironment().from_string(template)
+    except TemplateError as exc:
+        raise ProcessingError(f"the model's chat template does not parse: {exc}") from None
+
+
+def render_chat(template: str, text: object, step: ChatTemplateStep) -> str:
+    """``text`` as the one user message of a chat, in the model's chat template."""
+    from jinja2.exceptions import TemplateError
+
+    if not isinstance(text, str):
+        raise ProcessingError(f"chat_template takes text, not a {type(text).__name__}")
+    messages = [{"role": "user", "content": text}]
+    if step.system is not None:
+        messages.insert(0, {"role": "system", "content": step.system})
+    try:
+        rendered = _compiled(template).render(
+            messages=messages, add_generation_prompt=step.add_generation_prompt
+        )
+    except TemplateError as exc:
+        raise ProcessingError(f"the model's chat template failed: {exc}") from None
+    return str(rendered)

@@ -3,6 +3,7 @@ metrics as their definitions say."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -11,9 +12,10 @@ from pydantic import ValidationError
 
 from services.analyzer.figures import TIMELINE_POINTS, TIMELINES
 from services.analyzer.figures import tokens as token_figures
-from services.workers.framework.generation import Generator, record
-from shared.errors import PredictorError
-from shared.manifests import ModelManifest
+from services.workers.framework.generation import Generator, prompts, record
+from services.workers.framework.generative import _check_vocabulary
+from shared.errors import PredictorError, ProcessingError
+from shared.manifests import ChatTemplateStep, ModelManifest
 from shared.measurement.generation import judge_tokens, summarize_generation
 from shared.messages import (
     GeneratedRequest,
@@ -22,6 +24,8 @@ from shared.messages import (
     Scenario,
     Severity,
 )
+from shared.processing.text import load_tokenizer, render_chat
+from tests.unit.test_text_inputs import TOKENIZER as MINILM_TOKENIZER
 
 VOCABULARY = 10
 EOS = 9
@@ -263,3 +267,61 @@ def test_token_figures_are_bounded_and_start_at_the_scheduled_time() -> None:
     assert drawn.ttft[-1].fraction == 1.0
     assert drawn.tpot[0].latency_ms == pytest.approx(10.0)
     assert drawn.itl[-1].latency_ms == pytest.approx(10.0)
+
+
+def test_a_tokenizer_with_more_tokens_than_the_model_scores_is_refused() -> None:
+    job = SimpleNamespace(manifest=MANIFEST)
+    _check_vocabulary(job, VOCABULARY)  # the model's own: fine
+    with pytest.raises(PredictorError, match=r"its tokenizer has 49152 tokens but output 'logits'"):
+        _check_vocabulary(job, 49152)
+
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _chat_document(template: str | None) -> dict[str, Any]:
+    document = _document()
+    document["inputs"][0]["steps"] = [
+        {"op": "chat_template", "system": "Be brief."},
+        {"op": "tokenize", "max_length": 64},
+    ]
+    document["generation"] = {**document["generation"], "chat_template": template}
+    return document
+
+
+def test_a_chat_template_step_on_a_model_without_one_is_refused_naming_the_field() -> None:
+    assert "inputs.0.steps.0: chat_template formats a prompt with the model's " in _error(
+        _chat_document(None)
+    )
+
+
+def test_chat_template_comes_just_before_tokenize() -> None:
+    document = _chat_document(CHATML)
+    document["inputs"][0]["steps"] = [
+        {"op": "tokenize", "max_length": 64},
+        {"op": "chat_template"},
+    ]
+    assert "chat_template comes first, just before tokenize" in _error(document)
+
+
+def test_a_prompt_is_formatted_as_the_models_chat_then_tokenized() -> None:
+    manifest = ModelManifest.model_validate(_chat_document(CHATML))
+    step = manifest.inputs[0].steps[0]
+    assert isinstance(step, ChatTemplateStep)
+    assert render_chat(CHATML, "Hi there", step) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    tokenizer = load_tokenizer(str(MINILM_TOKENIZER))
+    (ids,) = prompts(manifest, ["Hi there"], tokenizer)
+    plain = tokenizer.encode("Hi there").ids
+    assert ids.shape[1] > len(plain), "the chat's roles and markers are tokens too"
+
+
+def test_a_chat_template_cannot_reach_out_of_its_sandbox() -> None:
+    hostile = "{{ messages.__class__.__mro__[1].__subclasses__() }}"
+    with pytest.raises(ProcessingError, match="chat template failed"):
+        render_chat(hostile, "hi", ChatTemplateStep())

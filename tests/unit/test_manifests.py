@@ -171,7 +171,7 @@ def test_a_bad_manifest_names_the_file_and_the_field(
         (
             ("{op: layout, to: NCHW}", "{op: rotate, degrees: 90}"),
             "inputs.0.steps.4.op: unknown op 'rotate' (the ops: decode, resize, crop, "
-            "normalize, layout, color, cast, tokenize, plugin)",
+            "normalize, layout, color, cast, tokenize, chat_template, plugin)",
         ),
         (("{op: crop, ", "{"), "inputs.0.steps.2.op: missing (the ops: decode, resize"),
         (

@@ -184,7 +184,10 @@ def prompts(
     ids = next(s for s in manifest.inputs if s.name == spec.input_ids)
     return [
         np.ascontiguousarray(
-            preprocess_batch(ids.steps, [text], tokenizer=tokenizer), dtype=np.int64
+            preprocess_batch(
+                ids.steps, [text], tokenizer=tokenizer, chat_template=spec.chat_template
+            ),
+            dtype=np.int64,
         )
         for text in texts
     ]

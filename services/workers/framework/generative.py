@@ -36,7 +36,7 @@ from shared.measurement.noise import NoiseProbe, probe_ns
 from shared.measurement.progress import OnStep, Step, ignore_steps
 from shared.measurement.readings import MachineWatch
 from shared.messages import RunEvaluation, Server, SingleStream
-from shared.processing.text import load_tokenizer, synthetic_texts
+from shared.processing.text import load_tokenizer, synthetic_texts, vocabulary_size
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -52,6 +52,19 @@ def _texts(job: RunEvaluation, dataset: Dataset | None, tokenizer: Tokenizer) ->
             tokenizer, SYNTHETIC_PROMPTS, SYNTHETIC_PROMPT_WORDS, seed=job.scenario.seed
         )
     )
+
+
+def _check_vocabulary(job: RunEvaluation, tokens: int) -> None:
+    """Refuse a tokenizer that makes ids the model has no scores for (another model's)."""
+    spec = job.manifest.generation
+    assert spec is not None
+    logits = next(o for o in job.manifest.outputs if o.name == spec.logits)
+    scores = logits.shape[-1]
+    if scores != -1 and tokens > scores:
+        raise PredictorError(
+            f"{job.manifest.ref}: its tokenizer has {tokens} tokens but output "
+            f"{logits.name!r} scores {scores}: the tokenizer is not this model's"
+        )
 
 
 def _plan(job: RunEvaluation) -> SingleStream | Server:
@@ -98,6 +111,7 @@ def measure_generation(
     if tokenizer_path is None:
         raise PredictorError(f"{job.manifest.ref} generates text and has no tokenizer")
     tokenizer = load_tokenizer(str(tokenizer_path))
+    _check_vocabulary(job, vocabulary_size(tokenizer))
     dataset = None if job.dataset is None else load_dataset(job.dataset, job.split)
     texts = _texts(job, dataset, tokenizer)
     check_sample_count(plan, len(texts))

@@ -16,7 +16,7 @@ import numpy as np
 from shared import measurement
 from shared.datasets import Dataset
 from shared.errors import PredictorError
-from shared.manifests import ModelManifest, TokenizeStep
+from shared.manifests import ModelManifest, text_steps
 from shared.processing import preprocess_batch
 from shared.processing.text import synthetic_texts
 
@@ -59,9 +59,10 @@ def sample_inputs(
         )
     if manifest.tokenized and tokenizer is None:
         raise PredictorError(f"{manifest.ref} takes text and no tokenizer was given")
+    template = None if manifest.generation is None else manifest.generation.chat_template
     return {
         spec.name: np.ascontiguousarray(
-            preprocess_batch(spec.steps, samples, tokenizer=tokenizer),
+            preprocess_batch(spec.steps, samples, tokenizer=tokenizer, chat_template=template),
             dtype=np.dtype(spec.element_type),
         )
         for spec in manifest.inputs
@@ -96,10 +97,9 @@ def _synthetic_text(
     if tokenizer is None:
         raise PredictorError(f"{manifest.ref} takes text and no tokenizer was given")
     longest = max(
-        step.max_length
+        opening[1].max_length
         for spec in manifest.inputs
-        for step in spec.steps[:1]
-        if isinstance(step, TokenizeStep)
+        if (opening := text_steps(spec.steps)) is not None
     )
     return sample_inputs(
         manifest, synthetic_texts(tokenizer, batch_size, longest, seed=seed), tokenizer
