@@ -24,7 +24,7 @@ import pytest
 
 from dlscope.cli.http import registration
 from shared.config import REPOSITORY_ROOT
-from shared.manifests import Manifest, parse_manifest
+from shared.manifests import Manifest, ModelManifest, parse_manifest
 
 RABBITMQ_URL = os.environ.get("DLSCOPE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 # The events of one evaluation that completes, in the order they are stored.
@@ -129,3 +129,13 @@ def postgres_url(postgres_database: str) -> str:
     dsn = postgres_database.replace("postgresql+asyncpg://", "postgresql://")
     _execute(dsn, "DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
     return postgres_database
+
+
+@pytest.fixture(scope="session")
+def smollm2_zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelManifest]:
+    """SmolLM2 as the zoo builds it (half a minute), once for every test that reads the built
+    files rather than building through the CLI: by framework."""
+    from dlscope.zoo.smollm import build_smollm
+
+    out = tmp_path_factory.mktemp("smollm2-zoo")
+    return {m.framework.name: m for m, _ in build_smollm(out)}

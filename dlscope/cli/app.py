@@ -13,6 +13,7 @@ from dlscope.cli.models import models
 from dlscope.cli.repeats import compare_command
 from dlscope.cli.report import report_command
 from dlscope.cli.serving import serve, up
+from dlscope.cli.sweep import sweep
 from dlscope.cli.trace import trace_command
 from dlscope.cli.zoo import zoo
 
@@ -37,6 +38,7 @@ app.command("layers")(layers_command)
 app.command("trace")(trace_command)
 app.command("agents")(agents_command)
 app.command("report")(report_command)
+app.command("sweep")(sweep)
 
 
 def main() -> None:

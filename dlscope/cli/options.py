@@ -118,6 +118,20 @@ TpotBound = Annotated[
     float | None,
     typer.Option("--tpot-bound", help="text generation: p99 time-per-output-token bound (ms)"),
 ]
+SloPercentile = Annotated[
+    float | None,
+    typer.Option(
+        "--slo-percentile",
+        help="text generation: the percentile the TTFT/TPOT bounds judge (default 0.99)",
+    ),
+]
+Concurrency = Annotated[
+    int | None,
+    typer.Option(
+        "--concurrency",
+        help="text generation: streams issuing requests back to back at once (default 1)",
+    ),
+]
 DatasetOpt = Annotated[
     str | None,
     typer.Option("--dataset", help="a labelled dataset, e.g. digits: measures top-1/top-5"),
@@ -167,6 +181,8 @@ class EvaluationOptions:
     natural: Natural = False
     ttft_bound: TtftBound = None
     tpot_bound: TpotBound = None
+    slo_percentile: SloPercentile = None
+    concurrency: Concurrency = None
     dataset: DatasetOpt = None
     split: SplitOpt = None
     trace_level: TraceLevelOpt = DEFAULT_TRACE_LEVEL
@@ -207,6 +223,8 @@ class EvaluationOptions:
             "ignore_eos": False if self.natural else None,
             "ttft_bound_ms": self.ttft_bound,
             "tpot_bound_ms": self.tpot_bound,
+            "slo_percentile": self.slo_percentile,
+            "concurrency": self.concurrency,
         }
         if self.batch_sizes is not None:
             try:

@@ -28,6 +28,8 @@ SCENARIO_OPTIONS = {
     "ignore_eos": "--natural",
     "ttft_bound_ms": "--ttft-bound",
     "tpot_bound_ms": "--tpot-bound",
+    "slo_percentile": "--slo-percentile",
+    "concurrency": "--concurrency",
 }
 REQUEST_OPTIONS = {
     "model": "MODEL",

@@ -47,7 +47,13 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
     )
     generation = None
     if measured.generation is not None:
-        generation = summarize_generation(measured.generation, seed=scenario.seed)
+        generation = summarize_generation(
+            measured.generation,
+            headline_percentile=scenario.slo_percentile,
+            seed=scenario.seed,
+            ttft_bound_ms=scenario.ttft_bound_ms,
+            tpot_bound_ms=scenario.tpot_bound_ms,
+        )
         verdict = _with_token_bounds(verdict, generation, scenario)
     phase, headline = run.phases[0], statistics[0]
     return LatencySummary(

@@ -39,6 +39,7 @@ GENERATION_METRICS: dict[str, str] = {
     "e2e": "end to end: the last token's time - the request's scheduled time",
     "output_tokens_per_s": "output tokens of the timed requests / the timed phase's duration",
     "requests_per_s": "timed requests / the timed phase's duration",
+    "goodput_per_s": "timed requests whose own TTFT and TPOT met every bound / the duration",
 }
 
 
@@ -89,4 +90,8 @@ class GenerationSummary(BaseModel):
     e2e: LatencyStatistics
     output_tokens_per_s: float
     requests_per_s: float
+    goodput_per_s: float | None = Field(
+        default=None,
+        description="requests that met every TTFT and TPOT bound, per second (with bounds)",
+    )
     definitions: dict[str, str] = Field(default_factory=lambda: dict(GENERATION_METRICS))

@@ -129,6 +129,23 @@ class Scenario(BaseModel):
         description="text generation: the p99 time per output token the run must meet",
     )
 
+    slo_percentile: float = Field(
+        strict=True,
+        default=0.99,
+        ge=0.5,
+        le=0.999,
+        description="text generation: the percentile of TTFT and TPOT the bounds judge (MLPerf: "
+        "0.99); a percentile needs enough requests to be an estimate rather than a bound",
+    )
+    concurrency: int = Field(
+        strict=True,
+        default=1,
+        ge=1,
+        le=256,
+        description="text generation, single-stream: this many streams, each issuing its next "
+        "request when its previous one completes",
+    )
+
     @model_validator(mode="after")
     def _runnable(self) -> Self:
         # The bounds of the scenario named (a field that does not apply to it is not
@@ -156,6 +173,8 @@ class Scenario(BaseModel):
                 return f"batch sizes must be >= 1, got {list(self.batch_sizes)}"
             if len(set(self.batch_sizes)) != len(self.batch_sizes):
                 return f"batch sizes repeat: {list(self.batch_sizes)}"
+        if self.concurrency != 1 and self.name != "single-stream":
+            return f"concurrency: {self.concurrency} streams apply to single-stream only"
         if self.adaptive_half_width is not None and not self.stops_adaptively:
             # Accepting it and measuring a fixed count would change the headline unannounced.
             return self._no_adaptive_stop

@@ -446,6 +446,41 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
     ttft = result["generation"]["ttft"]
     assert ttft["max_ns"] > 2 * ttft["min_ns"], "later arrivals waited in the queue"
 
+    _sweep_and_search(tmp_path)
+
     offline = dlscope(tmp_path, "run", "smollm2", "--scenario", "offline", "--max-new-tokens", "4")
     assert offline.returncode == 1
     assert "generates text: it runs the single-stream and server scenarios" in offline.stderr
+
+
+def _sweep_and_search(home: Path) -> None:
+    """Two loads side by side, then the goodput search against bounds two streams miss."""
+    sweep_file = home / "sweep.json"
+    swept = dlscope(
+        home,
+        *("sweep", "smollm2", "--levels", "1,2", "-n", "4", "--min-duration", "0"),
+        *("--max-new-tokens", "4", "--json", str(sweep_file)),
+    )
+    assert swept.returncode == 0, swept.stderr + swept.stdout
+    loads = json.loads(sweep_file.read_text())["loads"]
+    assert set(loads) == {"1", "2"}
+    for streams, evaluation in loads.items():
+        assert evaluation["request"]["scenario"]["concurrency"] == int(streams)
+        assert evaluation["result"]["generation"]["requests"] >= 4
+
+    # One stream's p50 TTFT is its prefill; two streams share two cores, so each prefill
+    # takes longer: a bound of 1.5 x one stream's median separates them on any machine.
+    alone = loads["1"]["result"]["generation"]["ttft"]["median"]["value_ns"] / 1e6
+    search_file = home / "search.json"
+    searched = dlscope(
+        home,
+        *("sweep", "smollm2", "--search", "--max-concurrency", "4", "-n", "12"),
+        *("--min-duration", "0", "--max-new-tokens", "4", "--slo-percentile", "0.5"),
+        *("--ttft-bound", f"{alone * 1.5:.1f}", "--json", str(search_file)),
+    )
+    assert searched.returncode == 0, searched.stderr + searched.stdout
+    search = json.loads(search_file.read_text())["search"]
+    assert search["probes"][0]["concurrency"] == 1
+    assert search["probes"][0]["judgement"] in ("meets", "indeterminate")
+    shown = " ".join(searched.stdout.split())
+    assert "goodput search: the highest load meeting p50 TTFT" in shown

@@ -3,6 +3,8 @@ metrics as their definitions say."""
 
 from __future__ import annotations
 
+import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,10 +14,12 @@ from pydantic import ValidationError
 
 from services.analyzer.figures import TIMELINE_POINTS, TIMELINES
 from services.analyzer.figures import tokens as token_figures
-from services.workers.framework.generation import Generator, prompts, record
+from services.workers.framework.generation import Generated, Generator, prompts, record
 from services.workers.framework.generative import _check_vocabulary
+from services.workers.framework.streams import run_streams
 from shared.errors import PredictorError, ProcessingError
 from shared.manifests import ChatTemplateStep, ModelManifest
+from shared.measurement import SingleStream, WarmupSettings
 from shared.measurement.generation import judge_tokens, summarize_generation
 from shared.messages import (
     GeneratedRequest,
@@ -325,3 +329,36 @@ def test_a_chat_template_cannot_reach_out_of_its_sandbox() -> None:
     hostile = "{{ messages.__class__.__mro__[1].__subclasses__() }}"
     with pytest.raises(ProcessingError, match="chat template failed"):
         render_chat(hostile, "hi", ChatTemplateStep())
+
+
+def test_concurrent_streams_overlap_and_every_finished_request_counts() -> None:
+    active = 0
+    most = 0
+    lock = threading.Lock()
+
+    def slow(prompt: int) -> Generated:
+        nonlocal active, most
+        with lock:
+            active += 1
+            most = max(most, active)
+        issued = time.perf_counter_ns()
+        tokens = []
+        for _ in range(3):
+            time.sleep(0.002)
+            tokens.append(time.perf_counter_ns())
+        with lock:
+            active -= 1
+        return Generated(issued, 4, [prompt] * 3, tokens, "max_new_tokens")
+
+    plan = SingleStream(min_query_count=30, min_duration_s=0, warmup=WarmupSettings(max_windows=0))
+    result, timed = run_streams(
+        plan, 3, slow, prompts=8, load_ns=0, on_step=lambda step: None, watch=None
+    )
+    (phase,) = result.phases
+    assert most == 3, "three requests in flight at once"
+    assert len(timed) == len(phase.latencies_ns) >= 30
+    assert len(timed) <= 30 + 2, "only the requests already begun finish after the stop"
+    completions = [g.token_ns[-1] for g in timed]
+    assert completions == sorted(completions)
+    assert phase.duration_ns > 0
+    assert {g.tokens[0] for g in timed} <= set(range(8))

@@ -13,11 +13,9 @@ from shared.manifests import ModelManifest
 from shared.processing.text import load_tokenizer
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelManifest]:
-    # Exporting takes about half a minute: once for the whole module.
-    out = tmp_path_factory.mktemp("zoo")
-    return {m.framework.name: m for m, _ in smollm.build_smollm(out)}
+@pytest.fixture
+def built(smollm2_zoo: dict[str, ModelManifest]) -> dict[str, ModelManifest]:
+    return smollm2_zoo
 
 
 def _cache(manifest: ModelManifest) -> tuple[int, ...]:

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from services.workers.framework.generation import (
     GENERATION_WARMUP,
     SYNTHETIC_PROMPT_WORDS,
@@ -27,6 +29,7 @@ from services.workers.framework.generation import (
 )
 from services.workers.framework.predictors import PredictorFactory
 from services.workers.framework.profiling import trace
+from services.workers.framework.streams import run_streams
 from services.workers.handover import Run
 from shared.datasets import Dataset, load_dataset
 from shared.errors import DlscopeError, PredictorError
@@ -35,7 +38,13 @@ from shared.measurement.cost import JobReadings, peak_memory, reset_peak_memory
 from shared.measurement.noise import NoiseProbe, probe_ns
 from shared.measurement.progress import OnStep, Step, ignore_steps
 from shared.measurement.readings import MachineWatch
-from shared.messages import RunEvaluation, Server, SingleStream
+from shared.messages import (
+    GenerationRecord,
+    RunEvaluation,
+    ScenarioResult,
+    Server,
+    SingleStream,
+)
 from shared.processing.text import load_tokenizer, synthetic_texts, vocabulary_size
 
 if TYPE_CHECKING:
@@ -95,6 +104,59 @@ def _scheduled(
     return [g.token_ns[-1] - latency for g, latency in zip(timed, latencies_ns, strict=True)]
 
 
+def _timed(
+    job: RunEvaluation,
+    plan: SingleStream | Server,
+    generator: Generator,
+    asked: list[np.ndarray],
+    load_ns: int,
+    on_step: OnStep,
+    watch: MachineWatch,
+) -> tuple[ScenarioResult, GenerationRecord]:
+    """The scenario's run and its timed requests' tokens: one stream through dlscope's
+    drivers, or several (``concurrency``) through ``streams``."""
+    generate = generator.generate
+    scenario = job.scenario
+    if scenario.concurrency > 1:
+        assert isinstance(plan, SingleStream)
+        native, timed = run_streams(
+            plan,
+            scenario.concurrency,
+            lambda i: generate(asked[i]),
+            len(asked),
+            load_ns=load_ns,
+            on_step=on_step,
+            watch=watch,
+        )
+        scheduled = None  # a stream issues each request when it is free: no queue
+    else:
+        generated: list[Generated] = []
+        keep = generated.append
+
+        def run_query(samples: Sequence[int]) -> object:
+            keep(generate(asked[samples[0]]))
+            return None
+
+        native = run_scenario(
+            plan, run_query, sample_count=len(asked), load_ns=load_ns, on_step=on_step, watch=watch
+        )
+        # The driver called run_query for the cold query, the warm-up, then the timed ones:
+        # the last of the generations are the timed requests, in order.
+        timed = generated[-len(native.phases[0].latencies_ns) :]
+        scheduled = _scheduled(
+            timed, native.phases[0].latencies_ns, server=isinstance(plan, Server)
+        )
+    begin = min(scheduled) if scheduled else min(g.issued_ns for g in timed)
+    return native, record(
+        timed,
+        scheduled_ns=scheduled,
+        begin_ns=begin,
+        duration_ns=native.phases[0].duration_ns,
+        max_new_tokens=scenario.max_new_tokens,
+        ignore_eos=scenario.ignore_eos,
+    )
+
+
 def measure_generation(
     factory: PredictorFactory,
     job: RunEvaluation,
@@ -127,33 +189,10 @@ def measure_generation(
     predictor.open(job.manifest, path, hardware=job.hardware)
     load_ns = time.perf_counter_ns() - start
     try:
-        generated: list[Generated] = []
-        keep = generated.append
-        generate = generator.generate
-
-        def run_query(samples: Sequence[int]) -> object:
-            keep(generate(asked[samples[0]]))
-            return None
-
         watch = MachineWatch(gpu_index=None)
         before_ns = probe_ns()
-        native = run_scenario(
-            plan, run_query, sample_count=len(asked), load_ns=load_ns, on_step=on_step, watch=watch
-        )
+        native, generation = _timed(job, plan, generator, asked, load_ns, on_step, watch)
         noise = NoiseProbe(before_ns=before_ns, after_ns=probe_ns())
-        phase = native.phases[0]
-        # The driver called run_query for the cold query, the warm-up, then the timed ones:
-        # the last of the generations are the timed requests, in order.
-        timed = generated[-len(phase.latencies_ns) :]
-        scheduled = _scheduled(timed, phase.latencies_ns, server=isinstance(plan, Server))
-        generation = record(
-            timed,
-            scheduled_ns=scheduled,
-            begin_ns=min(scheduled) if scheduled else timed[0].issued_ns,
-            duration_ns=phase.duration_ns,
-            max_new_tokens=job.scenario.max_new_tokens,
-            ignore_eos=job.scenario.ignore_eos,
-        )
         on_step(Step("recording the greedy tokens (parity)"))
         described = (
             f"{dataset.ref} sample {dataset.indices[0]}"

@@ -1,0 +1,103 @@
+"""Concurrent generation streams: ``concurrency`` threads, each issuing its next request the
+moment its previous one completes (a closed loop per stream, as ``vllm bench serve
+--max-concurrency`` or GuideLLM's concurrent profile), over the one open model.
+
+The frameworks run concurrent calls on one session (ONNX Runtime's ``run`` and a TorchScript
+module are safe to call from several threads), so N streams measure what N users of one
+model on this machine see: each request's TTFT and TPOT under the others' load, and the
+throughput they reach together. A stream has no queue: it issues a request when it is free,
+so a request's scheduled time is its issue time.
+
+The phase ends when both minimums are met (requests, duration) or at the cap; the streams
+then finish what they began, and those requests count too: a request cut short would bias
+the tail. The cold first request and the warm-up run one at a time, before the streams.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from services.workers.framework.generation import Generated
+from shared.measurement.overhead import null_query_floor_ns
+from shared.measurement.progress import OnStep, timed_queries, warming_up
+from shared.measurement.readings import MachineWatch
+from shared.measurement.warmup import warm_up
+from shared.messages import HarnessOverhead, ScenarioResult, SingleStream, TimedPhase
+
+__all__ = ["run_streams"]
+
+
+def run_streams(
+    plan: SingleStream,
+    streams: int,
+    generate: Callable[[int], Generated],
+    prompts: int,
+    *,
+    load_ns: int,
+    on_step: OnStep,
+    watch: MachineWatch | None,
+) -> tuple[ScenarioResult, list[Generated]]:
+    """Run ``streams`` closed loops of ``generate(prompt number)``; the scenario's result
+    (each request's end-to-end latency, in completion order) and the timed generations in the
+    same order."""
+    clock = time.perf_counter_ns
+    floor_ns = null_query_floor_ns()
+    taken = iter(range(1 << 62))
+    lock = threading.Lock()
+
+    def next_prompt() -> int:
+        with lock:
+            return next(taken) % prompts
+
+    def one() -> int:
+        generated = generate(next_prompt())
+        return generated.token_ns[-1] - generated.issued_ns
+
+    on_step(warming_up(plan, f" ({streams} streams)"))
+    first_ns = one()
+    warmup = warm_up(one, plan.warmup)
+    on_step(timed_queries(plan, f" ({streams} streams)", plan.min_duration_s))
+    done: list[Generated] = []
+    stop = threading.Event()
+    begin = clock()
+    min_ns, max_ns = int(plan.min_duration_s * 1e9), int(plan.max_duration_s * 1e9)
+
+    def stream() -> None:
+        while not stop.is_set():
+            generated = generate(next_prompt())
+            with lock:
+                done.append(generated)
+                elapsed = clock() - begin
+                enough = len(done) >= plan.min_query_count and elapsed >= min_ns
+                if enough or elapsed >= max_ns:
+                    stop.set()
+
+    end_window = watch() if watch is not None else None
+    threads = [threading.Thread(target=stream, name=f"stream-{i}") for i in range(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    window = end_window() if end_window is not None else None
+    done.sort(key=lambda g: g.token_ns[-1])
+    duration = done[-1].token_ns[-1] - begin
+    capped = duration >= max_ns and len(done) < plan.min_query_count
+    phase = TimedPhase(
+        samples_per_query=1,
+        first_query_ns=first_ns,
+        warmup=warmup,
+        latencies_ns=tuple(g.token_ns[-1] - g.issued_ns for g in done),
+        duration_ns=duration,
+        overhead=HarnessOverhead(
+            per_query_ns=0.0,
+            timer_floor_ns=floor_ns,
+            method=f"not separated with {streams} concurrent streams: the generation loop's "
+            "own cost per token is measured single-stream (bench/generation.py)",
+        ),
+        stopped_by="max_duration" if capped else "minimums",
+        window=window,
+    )
+    result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))
+    return result, done

@@ -1,0 +1,92 @@
+"""The goodput search: doubling then bisecting, each probe judged with its interval."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.measurement.generation import summarize_generation
+from shared.measurement.goodput import Judgement, goodput_search, judge_probe
+from shared.messages import GeneratedRequest, GenerationRecord
+
+MS = 1_000_000
+
+
+def _summary(count: int, ttft_ms: float, spread_ms: float = 5.0) -> object:
+    # TTFTs spread evenly over [ttft_ms, ttft_ms + spread_ms).
+    requests = [
+        GeneratedRequest(
+            scheduled_ns=i * 1000 * MS,
+            issued_ns=i * 1000 * MS,
+            token_ns=[
+                int(i * 1000 * MS + (ttft_ms + (i % 101) * spread_ms / 101) * MS + k * 10 * MS)
+                for k in range(3)
+            ],
+            input_tokens=5,
+            stopped_by="max_new_tokens",
+        )
+        for i in range(count)
+    ]
+    record = GenerationRecord(
+        max_new_tokens=3, ignore_eos=True, duration_ns=count * 1000 * MS, requests=requests
+    )
+    return summarize_generation(record, headline_percentile=0.9)
+
+
+@pytest.mark.parametrize(
+    ("ttft_ms", "count", "expected"),
+    [
+        (50.0, 200, "meets"),  # every value, and so the interval, well within 100 ms
+        (150.0, 200, "misses"),  # the interval above the bound
+        (95.5, 200, "indeterminate"),  # p90 99.9 ms, its interval [99.7, 100.1] straddles 100
+        (50.0, 20, "indeterminate"),  # within, but p90 from 20 requests is only a bound
+        (150.0, 20, "misses"),  # a bound already beyond: the true p90 is at least that
+    ],
+)
+def test_a_probe_is_judged_by_its_interval_not_its_point(
+    ttft_ms: float, count: int, expected: Judgement
+) -> None:
+    judgement, reason = judge_probe(
+        _summary(count, ttft_ms), ttft_bound_ms=100.0, tpot_bound_ms=None, percentile=0.9
+    )
+    assert judgement == expected, reason
+    assert "p90 TTFT" in reason
+
+
+def _limit(largest_meeting: int, calls: list[int]) -> object:
+    def probe(concurrency: int) -> tuple[Judgement, str]:
+        calls.append(concurrency)
+        return ("meets", "") if concurrency <= largest_meeting else ("misses", "too slow")
+
+    return probe
+
+
+def test_the_search_doubles_then_bisects_to_the_exact_load() -> None:
+    calls: list[int] = []
+    found = goodput_search(_limit(5, calls), max_concurrency=64)
+    assert calls == [1, 2, 4, 8, 6, 5]
+    assert (found.found, found.below, found.exact) == (5, 6, True)
+
+
+def test_a_load_no_stream_meets_is_found_as_zero() -> None:
+    found = goodput_search(_limit(0, []), max_concurrency=64)
+    assert (found.found, found.below, found.exact) == (0, 1, True)
+
+
+def test_every_load_meeting_stops_at_the_largest_asked() -> None:
+    calls: list[int] = []
+    found = goodput_search(_limit(1000, calls), max_concurrency=10)
+    assert calls == [1, 2, 4, 8, 10]
+    assert (found.found, found.below) == (10, None)
+
+
+def test_an_indeterminate_probe_stops_the_search_saying_where_the_answer_lies() -> None:
+    def probe(concurrency: int) -> tuple[Judgement, str]:
+        if concurrency <= 4:
+            return "meets", ""
+        if concurrency == 6:
+            return "indeterminate", "straddles"
+        return "misses", ""
+
+    found = goodput_search(probe, max_concurrency=64)
+    assert [p.concurrency for p in found.probes] == [1, 2, 4, 8, 6]
+    assert (found.found, found.below, found.unresolved, found.exact) == (4, 8, 6, False)
