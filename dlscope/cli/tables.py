@@ -48,11 +48,8 @@ def summary_table(evaluation: dict[str, Any]) -> Table:
     warmup = result.get("warmup")
     if warmup:
         table.add_row("warm-up ended by", str(warmup["decided_by"]))
-    accuracy = result.get("accuracy")
-    if accuracy:
-        on = accuracy["dataset"] + (f" {accuracy['split']}" if accuracy["split"] else "")
-        table.add_row(f"top-1 on {on} ({accuracy['samples']} samples)", f"{accuracy['top1']:.4f}")
-        table.add_row("top-5", f"{accuracy['top5']:.4f}")
+    for label, value in _quality_rows(result):
+        table.add_row(label, value)
     for phase in result.get("loadgen") or []:
         table.add_row(f"LoadGen result (batch {phase['samples_per_query']})", phase["result"])
         table.add_row("LoadGen logs", phase["output_dir"])
@@ -62,6 +59,26 @@ def summary_table(evaluation: dict[str, Any]) -> Table:
         for reason in verdict["reasons"]:
             table.add_row(f"  {reason['severity']}: {reason['code']}", reason["message"])
     return table
+
+
+def _quality_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the outputs were worth: a classifier's accuracy, a language model's perplexity."""
+    rows = []
+    accuracy = result.get("accuracy")
+    if accuracy:
+        on = accuracy["dataset"] + (f" {accuracy['split']}" if accuracy["split"] else "")
+        rows.append((f"top-1 on {on} ({accuracy['samples']} samples)", f"{accuracy['top1']:.4f}"))
+        rows.append(("top-5", f"{accuracy['top5']:.4f}"))
+    scored = result.get("perplexity")
+    if scored:
+        on = scored["dataset"] + (f" {scored['split']}" if scored["split"] else "")
+        rows.append(
+            (
+                f"perplexity on {on} ({scored['tokens']} tokens, {scored['texts']} texts)",
+                f"{scored['perplexity']:.3f}",
+            )
+        )
+    return rows
 
 
 def _ms(statistics: dict[str, Any], p: float) -> str:

@@ -64,6 +64,7 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
         accuracy=measured.accuracy,
         fingerprint=measured.fingerprint,
         generation=generation,
+        perplexity=measured.perplexity,
         scenario=scenario,
         headline=_label(headline.headline.percentile),
         statistics=list(statistics),

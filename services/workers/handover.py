@@ -24,6 +24,7 @@ from shared.messages import (
     LayerTiming,
     LevelOutcome,
     OutputFingerprint,
+    Perplexity,
     ProfiledPass,
     TraceLevel,
 )
@@ -123,6 +124,7 @@ class Run:
     tracing: Tracing
     machine: JobReadings | None = None  # the noise probe and the job's peak memory
     generation: GenerationRecord | None = None  # a generative model's timed requests
+    perplexity: Perplexity | None = None  # and its perplexity on the data set's texts
 
 
 # One evaluation job's measurement: (job, model path, results folder) -> Run.

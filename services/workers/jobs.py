@@ -352,6 +352,7 @@ class JobRunner:
             accuracy=run.accuracy,
             fingerprint=run.fingerprint,
             generation=run.generation,
+            perplexity=run.perplexity,
             experiment_id=job.experiment_id,
             attempt=attempt,
             lease=window.record(),

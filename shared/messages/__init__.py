@@ -90,6 +90,7 @@ from shared.messages.generation import (
     GeneratedRequest,
     GenerationRecord,
     GenerationSummary,
+    Perplexity,
 )
 from shared.messages.lineage import experiment_models, exports_of
 from shared.messages.machine import MachineWindow, NoiseProbe
@@ -236,6 +237,7 @@ __all__ = [
     "Payload",
     "PeakMemory",
     "Percentile",
+    "Perplexity",
     "PhaseFigures",
     "ProfiledLevel",
     "ProfiledPass",

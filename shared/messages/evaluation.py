@@ -26,7 +26,7 @@ from shared.manifests import DatasetManifest, FrameworkName, Hardware, ModelMani
 from shared.messages.costs import JobReadings, MachineReport
 from shared.messages.envelope import Envelope, Payload
 from shared.messages.fingerprint import OutputFingerprint
-from shared.messages.generation import GenerationRecord, GenerationSummary
+from shared.messages.generation import GenerationRecord, GenerationSummary, Perplexity
 from shared.messages.profiling import LayerTiming, LevelOutcome
 from shared.messages.results import LoadgenResult, ScenarioResult
 from shared.messages.scenario import Scenario
@@ -218,6 +218,9 @@ class EvaluationMeasured(Payload):
         default=None,
         description="a generative model's timed requests: every token's time, token counts",
     )
+    perplexity: Perplexity | None = Field(
+        default=None, description="a generative model's perplexity on the data set's texts"
+    )
     experiment_id: uuid.UUID | None = None
     attempt: int = Field(default=1, ge=1, description="the attempt that measured this")
     machine: JobReadings | None = Field(
@@ -292,6 +295,7 @@ class LatencySummary(BaseModel):
     generation: GenerationSummary | None = Field(
         default=None, description="a generative model's TTFT, TPOT, inter-token latency, ..."
     )
+    perplexity: Perplexity | None = None
     # The fields above describe the headline (first) phase; these describe the whole run.
     scenario: Scenario = Field(default_factory=Scenario)
     headline: str = Field(default="p90", description="the scenario's headline figure")

@@ -29,6 +29,7 @@ __all__ = [
     "GeneratedRequest",
     "GenerationRecord",
     "GenerationSummary",
+    "Perplexity",
 ]
 
 # Each metric's definition, as reports show it beside the number.
@@ -70,6 +71,20 @@ class GenerationRecord(BaseModel):
     ignore_eos: bool
     duration_ns: int = Field(gt=0, description="the timed phase's duration")
     requests: list[GeneratedRequest] = Field(min_length=1)
+
+
+class Perplexity(BaseModel):
+    """A language model's perplexity on a data set's texts, teacher-forced: exp of the mean
+    negative log-likelihood of each token given the ones before it in its text (the first
+    token of a text is given, not predicted), natural logarithms, float64."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    perplexity: float = Field(gt=0)
+    tokens: int = Field(ge=1, description="tokens predicted")
+    texts: int = Field(ge=1)
+    dataset: str = Field(description="name@version")
+    split: str | None = None
 
 
 class GenerationSummary(BaseModel):

@@ -416,9 +416,14 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
     alone = dlscope(
         tmp_path,
         *("run", "smollm2", "-n", "2", "--min-duration", "0", "--max-new-tokens", "4"),
-        *("--json", str(alone_file)),
+        *("--dataset", "sentences", "--json", str(alone_file)),
     )
     assert alone.returncode == 0, alone.stderr
+    scored = json.loads(alone_file.read_text())["evaluation"]["result"]["perplexity"]
+    assert scored["dataset"] == "sentences@1.0.0"
+    assert scored["texts"] == 48
+    # A language model is far better than chance (a perplexity of 49 152, its vocabulary).
+    assert 1 < scored["perplexity"] < 1000
     events = json.loads(alone_file.read_text())["events"]
     (measured,) = (e["payload"] for e in events if e["type"] == "evaluation.measured")
     # Every token's time, one array per request, in the one measured event.

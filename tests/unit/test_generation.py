@@ -14,7 +14,13 @@ from pydantic import ValidationError
 
 from services.analyzer.figures import TIMELINE_POINTS, TIMELINES
 from services.analyzer.figures import tokens as token_figures
-from services.workers.framework.generation import Generated, Generator, prompts, record
+from services.workers.framework.generation import (
+    Generated,
+    Generator,
+    perplexity,
+    prompts,
+    record,
+)
 from services.workers.framework.generative import _check_vocabulary
 from services.workers.framework.streams import run_streams
 from shared.errors import PredictorError, ProcessingError
@@ -362,3 +368,21 @@ def test_concurrent_streams_overlap_and_every_finished_request_counts() -> None:
     assert completions == sorted(completions)
     assert phase.duration_ns > 0
     assert {g.tokens[0] for g in timed} <= set(range(8))
+
+
+def test_perplexity_is_the_exponent_of_the_mean_negative_log_likelihood() -> None:
+    # The counting model gives the token after t a score of 1 and every other 0: the right
+    # guess has probability e / (e + 9), any other 1 / (e + 9).
+    generator = Generator(MANIFEST, CountingModel(), max_new_tokens=1, ignore_eos=True)
+    texts = [np.asarray([[3, 4, 5]]), np.asarray([[1, 7]]), np.asarray([[2]])]
+    scored = perplexity(generator, texts, dataset="texts@1.0.0", split=None)
+    e = np.e
+    nll = [-np.log(e / (e + 9)), -np.log(e / (e + 9)), -np.log(1 / (e + 9))]
+    assert scored.perplexity == pytest.approx(np.exp(np.mean(nll)))
+    assert (scored.tokens, scored.texts) == (3, 2)  # a one-token text predicts nothing
+
+
+def test_perplexity_of_texts_too_short_to_score_is_refused() -> None:
+    generator = Generator(MANIFEST, CountingModel(), max_new_tokens=1, ignore_eos=True)
+    with pytest.raises(PredictorError, match="no text of two tokens or more"):
+        perplexity(generator, [np.asarray([[2]])], dataset="texts@1.0.0", split=None)

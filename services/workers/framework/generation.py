@@ -28,6 +28,7 @@ from shared.messages import (
     InputSetIdentity,
     OutputFingerprint,
     OutputSample,
+    Perplexity,
 )
 from shared.processing import preprocess_batch
 
@@ -42,6 +43,7 @@ __all__ = [
     "Generated",
     "Generator",
     "generation_fingerprint",
+    "perplexity",
     "prompts",
     "record",
 ]
@@ -223,4 +225,49 @@ def generation_fingerprint(
                 top1=tokens.reshape(-1).tolist(),
             )
         ],
+    )
+
+
+# Perplexity predicts at most this many tokens of a data set: enough for a stable figure, and
+# a bounded time (one decode step each) whatever the data set's size.
+PERPLEXITY_TOKENS = 512
+
+
+def perplexity(
+    generator: Generator, texts: Sequence[np.ndarray], *, dataset: str, split: str | None
+) -> Perplexity:
+    """Teacher-forced perplexity over ``texts`` (token ids, [1, n] each): each text's first
+    token with an empty cache, then one step per token, scoring the next one."""
+    spec = generator.spec
+    predict = generator.predict
+    outputs = {o.name: i for i, o in enumerate(generator.manifest.outputs)}
+    logits_at = outputs[spec.logits]
+    links = [(link.past, outputs[link.present]) for link in spec.cache]
+    total = 0.0
+    predicted = used = 0
+    for ids in texts:
+        tokens = ids[0]
+        if len(tokens) < 2 or predicted >= PERPLEXITY_TOKENS:
+            continue
+        used += 1
+        feeds = generator.empty_cache()
+        for position in range(len(tokens) - 1):
+            feeds[spec.input_ids] = tokens[position : position + 1].reshape(1, 1)
+            result = predict(feeds)
+            scores = np.asarray(result[logits_at][0], dtype=np.float64)
+            top = float(np.max(scores))
+            log_total = top + float(np.log(np.sum(np.exp(scores - top))))
+            total += log_total - scores[int(tokens[position + 1])]
+            predicted += 1
+            if predicted >= PERPLEXITY_TOKENS:
+                break
+            feeds = {past: result[at] for past, at in links}
+    if predicted == 0:
+        raise PredictorError(f"{dataset}: no text of two tokens or more to score perplexity on")
+    return Perplexity(
+        perplexity=float(np.exp(total / predicted)),
+        tokens=predicted,
+        texts=used,
+        dataset=dataset,
+        split=split,
     )

@@ -24,6 +24,7 @@ from services.workers.framework.generation import (
     Generated,
     Generator,
     generation_fingerprint,
+    perplexity,
     prompts,
     record,
 )
@@ -193,6 +194,18 @@ def measure_generation(
         before_ns = probe_ns()
         native, generation = _timed(job, plan, generator, asked, load_ns, on_step, watch)
         noise = NoiseProbe(before_ns=before_ns, after_ns=probe_ns())
+        scored = None
+        if dataset is not None:
+            on_step(Step("scoring perplexity on the data set"))
+            # The texts as they are, without a chat template: perplexity scores the model on
+            # the corpus, not on prompts.
+            texts = [tokenizer.encode(str(text)).ids for text in dataset.samples]
+            scored = perplexity(
+                generator,
+                [np.asarray([ids], dtype=np.int64) for ids in texts],
+                dataset=dataset.ref,
+                split=dataset.split,
+            )
         on_step(Step("recording the greedy tokens (parity)"))
         described = (
             f"{dataset.ref} sample {dataset.indices[0]}"
@@ -223,6 +236,7 @@ def measure_generation(
             tracing,
             machine,
             generation=generation,
+            perplexity=scored,
         )
     except DlscopeError:
         raise
