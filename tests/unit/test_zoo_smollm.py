@@ -9,6 +9,7 @@ import pytest
 
 from dlscope.zoo import smollm
 from dlscope.zoo.export import load_torchscript
+from shared.errors import PredictorError
 from shared.manifests import ModelManifest
 from shared.processing.text import load_tokenizer
 
@@ -84,3 +85,14 @@ def test_building_again_pins_the_same_onnx_file(
     assert ours.tokenizer is not None
     assert theirs.tokenizer is not None
     assert ours.tokenizer.sha256 == theirs.tokenizer.sha256
+
+
+def test_the_opencl_engine_refuses_the_graph_naming_what_it_lacks(
+    built: dict[str, ModelManifest],
+) -> None:
+    from services.workers.framework.opencl.engine import prepare
+    from services.workers.framework.opencl.graph import load_graph
+
+    with pytest.raises(PredictorError, match=r"does not support \d+ operator type\(s\)") as caught:
+        prepare(load_graph(Path(built["onnxruntime"].source.uri)))
+    assert "ReduceMean" in str(caught.value)  # RMSNorm's
