@@ -132,6 +132,15 @@ Concurrency = Annotated[
         help="text generation: streams issuing requests back to back at once (default 1)",
     ),
 ]
+Temperature = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature", help="text generation: sample at this temperature (default 0: greedy)"
+    ),
+]
+TopK = Annotated[
+    int | None, typer.Option("--top-k", help="text generation, sampling: the k best tokens only")
+]
 DatasetOpt = Annotated[
     str | None,
     typer.Option("--dataset", help="a labelled dataset, e.g. digits: measures top-1/top-5"),
@@ -183,6 +192,8 @@ class EvaluationOptions:
     tpot_bound: TpotBound = None
     slo_percentile: SloPercentile = None
     concurrency: Concurrency = None
+    temperature: Temperature = None
+    top_k: TopK = None
     dataset: DatasetOpt = None
     split: SplitOpt = None
     trace_level: TraceLevelOpt = DEFAULT_TRACE_LEVEL
@@ -225,6 +236,8 @@ class EvaluationOptions:
             "tpot_bound_ms": self.tpot_bound,
             "slo_percentile": self.slo_percentile,
             "concurrency": self.concurrency,
+            "temperature": self.temperature,
+            "top_k": self.top_k,
         }
         if self.batch_sizes is not None:
             try:

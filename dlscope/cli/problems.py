@@ -30,6 +30,8 @@ SCENARIO_OPTIONS = {
     "tpot_bound_ms": "--tpot-bound",
     "slo_percentile": "--slo-percentile",
     "concurrency": "--concurrency",
+    "temperature": "--temperature",
+    "top_k": "--top-k",
 }
 REQUEST_OPTIONS = {
     "model": "MODEL",

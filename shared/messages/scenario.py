@@ -114,6 +114,21 @@ class Scenario(BaseModel):
         "sequence is not a stop), so requests are comparable; false stops at it (natural)",
     )
 
+    temperature: float = Field(
+        strict=True,
+        default=0.0,
+        ge=0,
+        le=10,
+        description="text generation: 0 decodes greedily; above, each token is sampled from "
+        "the softmax of the scores divided by it, seeded by seed and the request's number",
+    )
+    top_k: int | None = Field(
+        strict=True,
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="text generation, sampling: draw from the k best-scored tokens only",
+    )
     ttft_bound_ms: float | None = Field(
         strict=True,
         default=None,
@@ -173,6 +188,8 @@ class Scenario(BaseModel):
                 return f"batch sizes must be >= 1, got {list(self.batch_sizes)}"
             if len(set(self.batch_sizes)) != len(self.batch_sizes):
                 return f"batch sizes repeat: {list(self.batch_sizes)}"
+        if self.top_k is not None and self.temperature == 0:
+            return "top_k: it applies when sampling: give a temperature above 0"
         if self.concurrency != 1 and self.name != "single-stream":
             return f"concurrency: {self.concurrency} streams apply to single-stream only"
         if self.adaptive_half_width is not None and not self.stops_adaptively:

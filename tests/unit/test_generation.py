@@ -386,3 +386,44 @@ def test_perplexity_of_texts_too_short_to_score_is_refused() -> None:
     generator = Generator(MANIFEST, CountingModel(), max_new_tokens=1, ignore_eos=True)
     with pytest.raises(PredictorError, match="no text of two tokens or more"):
         perplexity(generator, [np.asarray([[2]])], dataset="texts@1.0.0", split=None)
+
+
+class FlatModel(CountingModel):
+    """Every token equally likely: what a sampler draws is its seed's, nothing else."""
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        logits, grown = super().__call__(feeds)
+        return [np.zeros_like(logits), grown]
+
+
+def _sampled(seed: int, *, top_k: int | None = None, model: Any = None) -> list[list[int]]:
+    generator = Generator(
+        MANIFEST,
+        model or FlatModel(),
+        max_new_tokens=12,
+        ignore_eos=True,
+        temperature=1.0,
+        top_k=top_k,
+        seed=seed,
+    )
+    prompt = np.asarray([[1]], dtype=np.int64)
+    return [generator.generate(prompt).tokens for _ in range(2)]
+
+
+def test_sampling_is_seeded_per_request() -> None:
+    first, second = _sampled(7)
+    assert first != second, "each request draws from its own stream"
+    assert _sampled(7) == [first, second], "the same seed draws the same tokens again"
+    assert _sampled(8) != [first, second]
+    assert len(set(first + second)) > 3
+
+
+def test_top_k_of_one_is_greedy() -> None:
+    greedy = Generator(MANIFEST, CountingModel(), max_new_tokens=12, ignore_eos=True)
+    expected = greedy.generate(np.asarray([[1]], dtype=np.int64)).tokens
+    assert _sampled(3, top_k=1, model=CountingModel()) == [expected, expected]
+
+
+def test_top_k_without_sampling_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError, match="top_k: it applies when sampling"):
+        Scenario(top_k=5)

@@ -13,8 +13,9 @@ clock read and one append per token, nothing else on the timed path.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -73,8 +74,13 @@ class Generator:
     predict: Predict
     max_new_tokens: int
     ignore_eos: bool
+    # Sampling: 0 is greedy; above, seeded by ``seed`` and the request's number.
+    temperature: float = 0.0
+    top_k: int | None = None
+    seed: int = 0
     _empty: dict[str, np.ndarray] = field(init=False)
     _outputs: dict[str, int] = field(init=False)
+    _requests: Iterator[int] = field(init=False, default_factory=itertools.count)
 
     def __post_init__(self) -> None:
         spec = self.manifest.generation
@@ -97,6 +103,27 @@ class Generator:
     def empty_cache(self) -> dict[str, np.ndarray]:
         """The cache inputs of a first step: a batch of one, no position yet."""
         return dict(self._empty)
+
+    @staticmethod
+    def _greedy(scores: np.ndarray) -> int:
+        # The highest score, the first on ties: the same rule on every framework.
+        return int(np.argmax(scores))
+
+    def _sampler(self, number: int) -> Callable[[np.ndarray], int]:
+        """Draws for request ``number``: its own generator, seeded by the scenario's seed and
+        the number, so a run draws the same tokens again."""
+        rng = np.random.default_rng([self.seed, number])
+        temperature, top_k = self.temperature, self.top_k
+
+        def sample(scores: np.ndarray) -> int:
+            scaled = np.asarray(scores, dtype=np.float64) / temperature
+            if top_k is not None and top_k < scaled.size:
+                cut = np.partition(scaled, -top_k)[-top_k]
+                scaled = np.where(scaled >= cut, scaled, -np.inf)
+            weights = np.exp(scaled - np.max(scaled))
+            return int(rng.choice(scaled.size, p=weights / weights.sum()))
+
+        return sample
 
     def check_prompt(self, prompt: Sequence[int]) -> None:
         """Refuse a prompt that leaves no room for the output in the model's context."""
@@ -121,10 +148,11 @@ class Generator:
         tokens: list[int] = []
         token_ns: list[int] = []
         stopped_by = "max_new_tokens"
+        choose = self._greedy if self.temperature == 0 else self._sampler(next(self._requests))
         issued = clock()
         for _ in range(self.max_new_tokens):
             result = predict(feeds)
-            token = int(np.argmax(result[logits_at][0]))
+            token = choose(result[logits_at][0])
             token_ns.append(clock())
             tokens.append(token)
             if token in stops:

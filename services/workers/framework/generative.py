@@ -180,8 +180,15 @@ def measure_generation(
     check_sample_count(plan, len(texts))
     asked = prompts(job.manifest, texts, tokenizer)
     predictor = factory.create()
+    scenario = job.scenario
     generator = Generator(
-        job.manifest, predictor.predict, job.scenario.max_new_tokens, job.scenario.ignore_eos
+        job.manifest,
+        predictor.predict,
+        scenario.max_new_tokens,
+        scenario.ignore_eos,
+        temperature=scenario.temperature,
+        top_k=scenario.top_k,
+        seed=scenario.seed,
     )
     for prompt in asked:
         generator.check_prompt(prompt[0])
