@@ -134,8 +134,22 @@ def postgres_url(postgres_database: str) -> str:
 @pytest.fixture(scope="session")
 def smollm2_zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelManifest]:
     """SmolLM2 as the zoo builds it (half a minute), once for every test that reads the built
-    files rather than building through the CLI: by framework."""
-    from dlscope.zoo.smollm import build_smollm
+    files rather than building through the CLI: by framework. Built in a process of its own,
+    as a user's ``dlscope zoo build`` is: the build's gigabytes never enter this one."""
+    from shared.manifests import load_manifest
 
-    out = tmp_path_factory.mktemp("smollm2-zoo")
-    return {m.framework.name: m for m, _ in build_smollm(out)}
+    home = tmp_path_factory.mktemp("smollm2-home")
+    out = home / "zoo"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
+    environment["DLSCOPE_HOME"] = str(home)
+    built = subprocess.run(
+        [sys.executable, "-m", "dlscope", "zoo", "build", "smollm2", "--out", str(out)],
+        env=environment,
+        cwd=REPOSITORY_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr
+    manifests = [load_manifest(out / f"{name}.yaml") for name in ("smollm2", "smollm2-torch")]
+    return {m.framework.name: m for m in manifests if isinstance(m, ModelManifest)}

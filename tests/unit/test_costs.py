@@ -4,6 +4,8 @@ the reason where none does; and where the result, the comparison and the reports
 
 from __future__ import annotations
 
+import gc
+import mmap
 import uuid
 from pathlib import Path
 
@@ -78,15 +80,23 @@ def test_a_measurement_without_a_window_says_its_cost_was_not_measured() -> None
 def test_the_peak_is_the_jobs_own_once_the_mark_is_reset() -> None:
     ballast = np.ones(96 * 2**20 // 8)  # 96 MiB, touched
     del ballast
+    # Garbage that earlier tests left (a language model's weights) must not be collected
+    # between the two readings: its pages would leave the process as the 128 MiB come in.
+    gc.collect()
     mark = reset_peak_memory()
     if not mark.reset:
         pytest.skip(f"this kernel refuses the reset: {mark.why}")
     small = peak_memory(mark)
     assert small.scope == "job"
     assert "VmHWM" in small.method
-    grown = np.ones(128 * 2**20 // 8)  # 128 MiB after the reset
+    # 128 MiB of new pages, each touched: mapped here rather than asked of the allocator,
+    # which may hand back memory the process already holds (freed by earlier tests).
+    grown = mmap.mmap(-1, 128 * 2**20)
+    pages = np.frombuffer(grown, dtype=np.uint8)
+    pages[:: mmap.PAGESIZE] = 1
     large = peak_memory(mark)
-    del grown
+    del pages
+    grown.close()
     assert large.bytes - small.bytes >= 120 * 2**20
     # Reset again, as the next job starts: the 128 MiB are no longer its peak.
     assert peak_memory(reset_peak_memory()).bytes < large.bytes - 100 * 2**20
