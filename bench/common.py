@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["POSTGRES_ADMIN_DSN", "RABBITMQ_URL", "percentiles", "save"]
+__all__ = ["POSTGRES_ADMIN_DSN", "RABBITMQ_URL", "median_ci95", "percentiles", "save"]
 
 RABBITMQ_URL = os.environ.get("DLSCOPE_BENCH_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 POSTGRES_ADMIN_DSN = os.environ.get(
@@ -44,3 +44,14 @@ def save(name: str, result: dict[str, Any]) -> Path:
     }
     path.write_text(json.dumps(document, indent=2))
     return path
+
+
+def median_ci95(values: list[float], resamples: int = 2000) -> list[float]:
+    """95 % confidence interval of the median of ``values`` (a benchmark's rounds), by
+    bootstrap, seeded."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    samples = rng.choice(np.asarray(values), size=(resamples, len(values)), replace=True)
+    low, high = np.percentile(np.median(samples, axis=1), [2.5, 97.5])
+    return [float(low), float(high)]

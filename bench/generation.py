@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import percentiles
+from bench.common import median_ci95, percentiles
 from services.workers.framework.generation import Generator, prompts
 from services.workers.framework.predictors import Predictor, predictor_factory
 from shared.errors import ConfigurationError
@@ -118,7 +118,7 @@ def _compare(framework: str, manifest: ModelManifest, folder: Path, rounds: int)
             "tpot": percentiles([ns / 1e6 for ns in bare_tpot]),
         },
         "tpot_median_round_ratio": statistics.median(ratios),
-        "tpot_median_round_ratio_ci95": _bootstrap_ci(ratios),
+        "tpot_median_round_ratio_ci95": median_ci95(ratios),
         "ttft_median_ratio": statistics.median(ours_ttft) / statistics.median(bare_ttft),
     }
 
@@ -171,11 +171,3 @@ def _bare_loop(framework: str, predictor: Predictor, generator: Generator) -> Ba
             return prefilled - start, clock() - prefilled
 
     return torch_loop
-
-
-def _bootstrap_ci(values: list[float], resamples: int = 2000) -> list[float]:
-    """95 % confidence interval of the median of ``values`` (the rounds), by bootstrap."""
-    rng = np.random.default_rng(0)
-    samples = rng.choice(np.asarray(values), size=(resamples, len(values)), replace=True)
-    medians = np.median(samples, axis=1)
-    return [float(np.quantile(medians, 0.025)), float(np.quantile(medians, 0.975))]

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import percentiles
+from bench.common import median_ci95, percentiles
 from services.workers.framework.inputs import synthetic_inputs
 from services.workers.framework.predictors import Predictor, predictor_factory
 from services.workers.framework.session import Session
@@ -169,7 +169,7 @@ def _compare(case: Case, rounds: int) -> dict[str, Any]:
             **direct_ms,
             "p50_ratio": harness["p50_ms"] / direct_ms["p50_ms"],
             "median_round_ratio": statistics.median(ratios),
-            "median_round_ratio_ci95": _bootstrap_ci(ratios),
+            "median_round_ratio_ci95": median_ci95(ratios),
             "median_round_difference_us": statistics.median(o - t for o, t in paired) / 1e3,
         }
     return result
@@ -192,14 +192,6 @@ async def _compare_isolated(case: Case, rounds: int, home: Path) -> dict[str, An
 def compare_in_session(session: Session, case: Case, rounds: int) -> dict[str, Any]:
     """In the framework process: the same comparison as in this one."""
     return _compare(case, rounds)
-
-
-def _bootstrap_ci(values: list[float], resamples: int = 2000) -> list[float]:
-    """95 % confidence interval of the median of ``values`` (the rounds), by bootstrap."""
-    rng = np.random.default_rng(0)
-    samples = rng.choice(np.asarray(values), size=(resamples, len(values)), replace=True)
-    low, high = np.percentile(np.median(samples, axis=1), [2.5, 97.5])
-    return [float(low), float(high)]
 
 
 BareLoop = Callable[[int, int], list[int]]

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import percentiles
+from bench.common import median_ci95, percentiles
 from dlscope.cli.live import parse_line
 from services.workers.framework.inputs import synthetic_inputs
 from services.workers.framework.predictors import predictor_factory
@@ -158,15 +158,8 @@ def _alternate(
         "on": percentiles([ns / 1e6 for ns in arms["on"]]),
         "off": percentiles([ns / 1e6 for ns in arms["off"]]),
         "median_round_p50_ratio": statistics.median(ratios),
-        "median_round_p50_ratio_ci95": _bootstrap_ci(ratios),
+        "median_round_p50_ratio_ci95": median_ci95(ratios),
     }
-
-
-def _bootstrap_ci(values: list[float], resamples: int = 2000) -> list[float]:
-    rng = np.random.default_rng(0)
-    samples = rng.choice(np.asarray(values), size=(resamples, len(values)), replace=True)
-    medians = np.median(samples, axis=1)
-    return [float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))]
 
 
 # --- detection ------------------------------------------------------------------------------

@@ -20,10 +20,9 @@ from typing import Any
 import numpy as np
 import onnxruntime
 import torch
-import yaml
 from numpy.typing import NDArray
 
-from dlscope.zoo.export import OPSET, export_onnx, export_torchscript
+from dlscope.zoo.export import OPSET, export_onnx, export_torchscript, write_manifest
 from dlscope.zoo.savedmodel import export_savedmodel, run_savedmodel, tensorflow_version
 from dlscope.zoo.training import TrainingPlan, accuracy, predict, train
 from shared.artifacts import sha256_of
@@ -218,11 +217,6 @@ def build_digits(
         attributes = {**common, "opset": OPSET} if framework == "onnxruntime" else common
         path = out_dir / f"{name}.yaml"
         document = _manifest(name, framework, versions[framework], out_dir / file, attributes)
-        path.write_text(
-            "# Built by `dlscope zoo build` (dlscope/zoo/digits.py); rebuild, do not edit.\n"
-            + yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
-        )
-        manifest = load_manifest(path)
-        assert isinstance(manifest, ModelManifest)
+        manifest = write_manifest(path, document, "dlscope/zoo/digits.py")
         built.append(BuiltModel(manifest=manifest, path=path))
     return built

