@@ -1,15 +1,17 @@
 """Group concurrently delivered events into one store transaction.
 
-Deliveries reach the recorder concurrently (up to the prefetch) and in order; each one's
-handler submits its event here and waits for the batch that carries it to commit, and only
-then is the message acknowledged. One transaction per batch instead of per event is what
-lets one recorder keep up with thousands of events a second.
+Deliveries reach the recorder concurrently (up to the prefetch) and in order, each holding
+one event or a batch of them; each delivery's handler submits its events here and waits for
+the transaction that carries them to commit, and only then is the message acknowledged. One
+transaction for many deliveries instead of one per event is what lets one recorder keep up
+with thousands of events a second.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from shared.messages import Envelope, Payload
@@ -25,50 +27,74 @@ class Write(Protocol):
     ) -> Awaitable[list[bool]]: ...
 
 
+@dataclass(slots=True)
+class _Submission:
+    envelopes: Sequence[Envelope]
+    payloads: Sequence[Payload]
+    stored: asyncio.Future[list[bool]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
 class BatchWriter:
     def __init__(self, write: Write, *, max_batch: int = 500) -> None:
         self._write = write
+        # Events per transaction, give or take one delivery's batch (never split: its events
+        # are acknowledged together).
         self._max_batch = max_batch
-        self._pending: list[tuple[Envelope, Payload, asyncio.Future[bool]]] = []
+        self._pending: list[_Submission] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def submit(self, envelope: Envelope, payload: Payload) -> bool:
-        """Store ``envelope``, whose payload read is ``payload``; True if it was new, False if
-        it was already stored."""
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append((envelope, payload, future))
+    async def submit(
+        self, envelopes: Sequence[Envelope], payloads: Sequence[Payload]
+    ) -> list[bool]:
+        """Store ``envelopes``, whose payloads read are ``payloads``, in order; for each, True
+        if it was new, False if it was already stored."""
+        submission = _Submission(envelopes, payloads)
+        self._pending.append(submission)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())
-        return await future
+        return await submission.stored
 
     async def close(self) -> None:
         """Wait for the write in progress, so the store is not closed under it."""
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
 
+    def _take(self) -> list[_Submission]:
+        taken, events = 0, 0
+        while taken < len(self._pending) and (taken == 0 or events < self._max_batch):
+            events += len(self._pending[taken].envelopes)
+            taken += 1
+        batch = self._pending[:taken]
+        del self._pending[:taken]
+        return batch
+
     async def _flush(self) -> None:
         try:
             # Yield once so deliveries started in the same loop turn join the first batch.
             await asyncio.sleep(0)
             while self._pending:
-                batch = self._pending[: self._max_batch]
-                del self._pending[: self._max_batch]
+                batch = self._take()
                 try:
                     stored = await self._write(
-                        [envelope for envelope, _, _ in batch],
-                        checked=[payload for _, payload, _ in batch],
+                        [envelope for s in batch for envelope in s.envelopes],
+                        checked=[payload for s in batch for payload in s.payloads],
                     )
                 except Exception as exc:
                     # Fail what is waiting too: writing later events before the failed ones
                     # are retried would put a stream out of order.
                     batch.extend(self._pending)
                     self._pending.clear()
-                    for _, _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
+                    for submission in batch:
+                        if not submission.stored.done():
+                            submission.stored.set_exception(exc)
                     return
-                for (_, _, future), new in zip(batch, stored, strict=True):
-                    if not future.done():
-                        future.set_result(new)
+                start = 0
+                for submission in batch:
+                    end = start + len(submission.envelopes)
+                    if not submission.stored.done():
+                        submission.stored.set_result(stored[start:end])
+                    start = end
         finally:
             self._flusher = None

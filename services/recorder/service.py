@@ -16,13 +16,14 @@ queue is also its stream's.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from services.recorder.batching import BatchWriter
 from shared.errors import ConfigurationError, StoreUnavailable
 from shared.eventstore import EventStore
 from shared.eventstore.migrate import upgrade
 from shared.messages import Envelope, Payload
-from shared.messaging import Routes
+from shared.messaging import Binding
 from shared.messaging.pause import when_available
 from shared.runtime import Runtime
 
@@ -62,10 +63,12 @@ class RecorderService:
         topology, partitions = self._bus.topology, self._settings.recorder_partitions
         queue = topology.recorder_queue(self.partition, partitions)
         if partitions == 1:
-            routes = Routes(topology.events).on_any(self._record, key="#")
+            binding = Binding(topology.events, "#")
         else:  # the key is the weight
-            routes = Routes(topology.recorder_partitions).on_any(self._record, key="1")
-        await self._bus.handle(queue, routes)
+            binding = Binding(topology.recorder_partitions, "1")
+        # Every registered type, each opened as the class its type names (an unknown type or
+        # a payload its contract refuses is dead-lettered, alone if it came in a batch).
+        await self._bus.handle_together(queue, [binding], self._record, read=Envelope.typed)
 
     async def stop(self) -> None:
         await self._bus.stop()
@@ -74,14 +77,17 @@ class RecorderService:
         if self._store is not None:
             await self._store.close()
 
-    async def _record(self, event: Payload, envelope: Envelope) -> None:
-        """Store ``event`` as its wire contract shaped it. Admission is the routes': only known
-        types with payloads their contract accepts reach here; anything else is an
-        InvalidMessage, which the bus dead-letters at once with the reason, as every other
-        service does with the same message. The checked payload is stored, not the one that
-        came: the contract bounds what it keeps (a failure reason is cut to 8 KiB), and a
-        client publishing straight to RabbitMQ must not store more than it admits."""
+    async def _record(self, events: Sequence[tuple[Payload, Envelope]]) -> None:
+        """Store one delivery's events (one, or a batch's) as their wire contracts shaped
+        them. Admission is the bus's: only known types with payloads their contract accepts
+        reach here, anything else is dead-lettered with the reason, as every other service
+        does with the same message. The checked payload is stored, not the one that came:
+        the contract bounds what it keeps (a failure reason is cut to 8 KiB), and a client
+        publishing straight to RabbitMQ must not store more than it admits."""
         assert self._writer is not None, "started before consuming"
-        envelope = envelope.model_copy(update={"payload": event.model_dump(mode="json")})
-        if not await self._writer.submit(envelope, event):
-            log.debug("event %s was already stored; skipping the duplicate", envelope.event_id)
+        envelopes = [envelope for _, envelope in events]
+        # The store keeps each checked payload as its contract writes it back.
+        stored = await self._writer.submit(envelopes, [event for event, _ in events])
+        for envelope, new in zip(envelopes, stored, strict=True):
+            if not new:
+                log.debug("event %s was already stored; skipping the duplicate", envelope.event_id)

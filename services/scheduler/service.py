@@ -457,6 +457,8 @@ class SchedulerService:
         await self._bus.publish(envelope.caused(decision, producer=self.name))
         if not isinstance(decision, ExperimentScheduled):
             return
+        # The members' requests together: one message, one transaction at the recorder.
+        requests: list[Envelope] = []
         for member in decision.members:
             evaluation = EvaluationRequested(
                 evaluation_id=member.evaluation_id,
@@ -474,7 +476,7 @@ class SchedulerService:
                 experiment_id=request.experiment_id,
                 concurrent=request.concurrent,
             )
-            await self._bus.publish(
+            requests.append(
                 Envelope.wrap(
                     evaluation,
                     stream_id=evaluation_stream(member.evaluation_id),
@@ -484,6 +486,7 @@ class SchedulerService:
                     event_id=uuid.uuid5(member.evaluation_id, EvaluationRequested.TYPE),
                 )
             )
+        await self._bus.publish_batch(requests)
 
     async def _experiment_gave_up(self, envelope: Envelope, reason: str) -> None:
         """An experiment request that cannot be planned fails, rather than wait forever. An

@@ -510,8 +510,11 @@ async def _project_table(
         current = rows.get(key)
         if current is None and root is not None and event.type == root.TYPE:
             # The request came after other events of its stream (stored, but making no row):
-            # fold them in after it, as ``fold`` does on any replay.
-            earlier: list[StoredEvent] = await _stored_before(connection, event)
+            # fold them in after it, as ``fold`` does on any replay. A request first in its
+            # stream, as nearly every one is, has nothing before it to look up.
+            earlier: list[StoredEvent] = (
+                await _stored_before(connection, event) if event.version > 1 else []
+            )
             ours: list[StoredEvent] = [e for e in earlier if key_of(e) == key]
             evolved = fold([*ours, event], evolve, root, key_of)
         else:

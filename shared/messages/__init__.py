@@ -40,7 +40,18 @@ from shared.messages.attempts import (
     EvaluationLateMeasurement,
 )
 from shared.messages.costs import JobReadings, MachineReport, PeakMemory, RunCost
-from shared.messages.envelope import Envelope, Payload, decode, encode, payload_type
+from shared.messages.envelope import (
+    MAX_BATCH_EVENTS,
+    Envelope,
+    Payload,
+    Unreadable,
+    decode,
+    decode_batch,
+    encode,
+    encode_batch,
+    is_batch,
+    payload_type,
+)
 from shared.messages.evaluation import (
     FRAMEWORKS,
     HARDWARE,
@@ -155,6 +166,7 @@ __all__ = [
     "FRAMEWORKS",
     "GENERATION_METRICS",
     "HARDWARE",
+    "MAX_BATCH_EVENTS",
     "MAX_FIGURE_IDS",
     "PROFILED_LEVELS",
     "PROGRESS_KEY",
@@ -263,6 +275,7 @@ __all__ = [
     "TokenTimeline",
     "Topology",
     "TraceLevel",
+    "Unreadable",
     "UploadedFile",
     "Verdict",
     "WarmupFigure",
@@ -272,12 +285,15 @@ __all__ = [
     "artifact_stream",
     "attempt_key",
     "decode",
+    "decode_batch",
     "encode",
+    "encode_batch",
     "evaluation_stream",
     "experiment_models",
     "experiment_stream",
     "exports_of",
     "failure_caused_by",
+    "is_batch",
     "job_key",
     "payload_type",
     "rpc_key",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import builtins
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -18,7 +20,22 @@ from pydantic import BaseModel, Field, ValidationError
 from shared.errors import InvalidMessage
 from shared.inputs import BOUNDED, MAX_NAME, unsafe_text
 
-__all__ = ["Envelope", "Payload", "decode", "encode", "payload_type"]
+__all__ = [
+    "MAX_BATCH_EVENTS",
+    "Envelope",
+    "Payload",
+    "Unreadable",
+    "decode",
+    "decode_batch",
+    "encode",
+    "encode_batch",
+    "is_batch",
+    "payload_type",
+]
+
+# The most events one batch message may carry: a bound on what one delivery makes a
+# consumer hold, beside the bound on its bytes.
+MAX_BATCH_EVENTS = 10_000
 
 
 class Payload(BaseModel):
@@ -156,15 +173,68 @@ def encode(envelope: Envelope) -> bytes:
 
 def decode(body: bytes) -> Envelope:
     """Parse a message body; anything that is not a valid envelope is an ``InvalidMessage``."""
+    data = _loads(body)
+    if not isinstance(data, dict):
+        raise InvalidMessage("message body must be a JSON object (the envelope)")
+    return _envelope(data, escaped_nul=b"\\u0000" in body)
+
+
+def encode_batch(envelopes: Sequence[Envelope]) -> bytes:
+    """Several envelopes in one message body: a JSON array of them, in order."""
+    return orjson.dumps([envelope.model_dump(mode="json") for envelope in envelopes])
+
+
+def is_batch(body: bytes) -> bool:
+    """Whether ``body`` is a batch (a JSON array) rather than one envelope (an object)."""
+    return body.lstrip()[:1] == b"["
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """One element of a batch that is not a valid envelope: its JSON, and why."""
+
+    body: bytes
+    error: InvalidMessage
+
+
+def decode_batch(body: bytes) -> list[Envelope | Unreadable]:
+    """Parse a batch body into its envelopes, in order. An element that is not a valid
+    envelope comes back as ``Unreadable`` in its place, so the good ones around it are not
+    lost with it; a body that is not a non-empty array of at most ``MAX_BATCH_EVENTS`` is
+    an ``InvalidMessage`` as a whole."""
+    data = _loads(body)
+    if not isinstance(data, list):
+        raise InvalidMessage("a batch body must be a JSON array of envelopes")
+    if not data:
+        raise InvalidMessage("the batch is empty: it must hold at least one envelope")
+    if len(data) > MAX_BATCH_EVENTS:
+        raise InvalidMessage(
+            f"the batch holds {len(data)} envelopes, over the {MAX_BATCH_EVENTS} one may hold"
+        )
+    escaped_nul = b"\\u0000" in body
+    decoded: list[Envelope | Unreadable] = []
+    for index, item in enumerate(data):
+        try:
+            if not isinstance(item, dict):
+                raise InvalidMessage("it is not a JSON object (an envelope)")
+            decoded.append(_envelope(item, escaped_nul=escaped_nul))
+        except InvalidMessage as exc:
+            error = InvalidMessage(f"batch element {index}: {exc}")
+            decoded.append(Unreadable(orjson.dumps(item), error))
+    return decoded
+
+
+def _loads(body: bytes) -> Any:
     try:
-        data = orjson.loads(body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         # orjson also refuses what is not UTF-8 and unpaired surrogates, and says so.
         raise InvalidMessage(f"message body is not JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise InvalidMessage("message body must be a JSON object (the envelope)")
+
+
+def _envelope(data: dict[str, Any], *, escaped_nul: bool) -> Envelope:
     # A NUL can only arrive escaped; look for the escape before walking the whole message.
-    if b"\\u0000" in body and (problem := unsafe_text(data)) is not None:
+    if escaped_nul and (problem := unsafe_text(data)) is not None:
         where = ".".join(str(p) for p in problem[0])
         raise InvalidMessage(f"invalid envelope: {where}: the text holds {problem[1]}")
     try:

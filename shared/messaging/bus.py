@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
+import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
@@ -17,8 +19,24 @@ from typing import TypeVar
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from shared.errors import InvalidMessage, MessageTooLarge, RequestTimeout
-from shared.messages import Envelope, Payload, Topology, decode, encode
+from shared.messages import (
+    Envelope,
+    Payload,
+    Topology,
+    Unreadable,
+    decode,
+    decode_batch,
+    encode,
+    encode_batch,
+    is_batch,
+)
+from shared.messages.envelope import MAX_BATCH_EVENTS
 from shared.messaging.broker import (
+    ATTEMPT_HEADER,
+    DEAD_LETTERED_FROM_HEADER,
+    ORIGIN_EXCHANGE_HEADER,
+    ORIGIN_ROUTING_KEY_HEADER,
+    REASON_HEADER,
     STREAM_HEADER,
     Binding,
     Broker,
@@ -33,7 +51,14 @@ from shared.messaging.policy import verdict_for
 from shared.messaging.routes import Routes
 from shared.telemetry import Telemetry, inject, parent_context
 
-__all__ = ["Bus", "DeadLetterHook", "Handler", "current_delivery", "paused_consumers"]
+__all__ = [
+    "BatchHandler",
+    "Bus",
+    "DeadLetterHook",
+    "Handler",
+    "current_delivery",
+    "paused_consumers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +69,9 @@ Handler = Callable[[Envelope], Awaitable[Envelope | None]]
 DeadLetterHook = Callable[[Envelope, str], Awaitable[None]]
 
 P = TypeVar("P", bound=Payload)
+# Handed every readable event of one delivery at once (``Bus.handle_together``), each as its
+# contract reads it beside its envelope.
+BatchHandler = Callable[[Sequence[tuple[P, Envelope]]], Awaitable[None]]
 
 _delivery: contextvars.ContextVar[Delivery] = contextvars.ContextVar("dlscope_delivery")
 
@@ -208,6 +236,70 @@ class Bus:
             )
         return sent
 
+    async def publish_batch(
+        self, envelopes: Sequence[Envelope], *, persistent: bool = True
+    ) -> list[Envelope]:
+        """Publish events produced together as events, in order, in as few messages as their
+        routing allows, and return them as sent. Each run of consecutive events of one type
+        is one batch message (a JSON array of envelopes) routed by that type, so every
+        subscriber still gets exactly the types it binds; with the event log partitioned, a
+        run is also cut where its stream changes, as the partitions hash on the stream. A
+        run of one goes as a single event, a run too large for one message in parts."""
+        partitioned = (self._event_log_partitions or 1) > 1
+        sent: list[Envelope] = []
+        for run in _runs(envelopes, by_stream=partitioned):
+            if len(run) == 1:
+                sent.append(await self.publish(run[0], persistent=persistent))
+            else:
+                sent.extend(await self._publish_run(run, persistent=persistent))
+        return sent
+
+    async def _publish_run(self, run: Sequence[Envelope], *, persistent: bool) -> list[Envelope]:
+        exchange, routing_key = self.topology.events, run[0].type
+        with self._tracer.start_as_current_span(
+            f"{routing_key} publish",
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": "rabbitmq",
+                "messaging.destination.name": exchange,
+                "messaging.rabbitmq.destination.routing_key": routing_key,
+                "messaging.batch.message_count": len(run),
+                "dlscope.service": self.service,
+            },
+        ):
+            headers = inject()
+            sent = [
+                envelope.model_copy(
+                    update={
+                        "traceparent": headers.get("traceparent"),
+                        "tracestate": headers.get("tracestate"),
+                        "producer": envelope.producer or self.service,
+                    }
+                )
+                for envelope in run
+            ]
+            body = encode_batch(sent)
+            if len(body) > self.max_message_bytes:
+                # Halves until each fits; one event alone over the bound is refused by publish.
+                half = len(run) // 2
+                return [
+                    *await self.publish_batch(run[:half], persistent=persistent),
+                    *await self.publish_batch(run[half:], persistent=persistent),
+                ]
+            await self.broker.publish(
+                exchange,
+                routing_key,
+                OutgoingMessage(
+                    body=body,
+                    message_id=str(uuid.uuid4()),
+                    # One stream per batch where the log is partitioned (_runs cuts there).
+                    headers={**headers, STREAM_HEADER: sent[0].stream_id},
+                    correlation_id=str(sent[0].correlation_id),
+                    persistent=persistent,
+                ),
+            )
+        return sent
+
     async def subscribe(
         self,
         queue: str,
@@ -233,6 +325,10 @@ class Bus:
         async def consume(delivery: Delivery) -> Settlement:
             if count_redeliveries and delivery.redelivered:
                 return await self._interrupted(delivery, on_dead_letter)
+            if is_batch(delivery.body):
+                return await self._dispatch_batch(
+                    delivery, queue, handler, on_dead_letter, pause, limit
+                )
             return await self._dispatch(delivery, handler, on_dead_letter, pause, limit)
 
         subscription = await self.broker.consume(
@@ -269,6 +365,90 @@ class Bus:
             count_redeliveries=count_redeliveries,
             max_message_bytes=max_message_bytes,
         )
+
+    async def handle_together(
+        self,
+        queue: str,
+        bindings: Sequence[Binding],
+        handler: BatchHandler[P],
+        *,
+        read: Callable[[Envelope], P],
+        prefetch: int | None = None,
+        max_message_bytes: int | None = None,
+    ) -> Subscription:
+        """Consume ``queue`` handing ``handler`` each delivery's events at once: all of a
+        batch message's in one call and one CONSUMER span, a single event as a batch of one.
+        ``read`` checks each event (its payload as its contract reads it, an
+        ``InvalidMessage`` if it does not fit): a bad event in a batch is dead-lettered alone
+        and the others are still handled; a bad single event is dead-lettered as always.
+        What the handler raises settles the whole delivery by the one policy."""
+        limit = max_message_bytes or self.max_message_bytes
+        pause = Pause(queue, backoff=self._backoff())
+        self._pauses.append(pause)
+
+        async def consume(delivery: Delivery) -> Settlement:
+            _delivery.set(delivery)
+            batched = is_batch(delivery.body)
+            refused: list[tuple[bytes, Envelope | None, Settlement]] = []
+            try:
+                items = (
+                    _decode_all(delivery.body, limit)
+                    if batched
+                    else [_decode(delivery.body, limit)]
+                )
+                events: list[tuple[P, Envelope]] = []
+                for item in items:
+                    try:
+                        if isinstance(item, Unreadable):
+                            raise item.error
+                        events.append((read(item), item))
+                    except InvalidMessage as exc:
+                        if not batched:
+                            raise
+                        envelope = None if isinstance(item, Unreadable) else item
+                        body = item.body if isinstance(item, Unreadable) else encode(item)
+                        verdict = verdict_for(exc, attempt=delivery.attempt, max_attempts=1)
+                        refused.append((body, envelope, verdict))
+            except InvalidMessage as exc:
+                log.warning(
+                    "dead-lettering an invalid message on %r: %s", delivery.routing_key, exc
+                )
+                return verdict_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
+            # The good events first, with no wait before them, so they reach the handler in
+            # delivery order (the recorder appends each stream in that order); the refused
+            # ones after, and only once the batch is done with (a batch tried again refuses
+            # them again).
+            verdict = (
+                await self._in_turn(
+                    pause, lambda: self._handle_together(delivery, events, handler), delivery
+                )
+                if events
+                else Settlement(Outcome.ACK)
+            )
+            if verdict.outcome is Outcome.ACK:
+                for body, envelope, part in refused:
+                    log.warning("%s: dead-lettering %s", self.service, part.reason)
+                    await self._settle_part(delivery, queue, body, envelope, part)
+            else:
+                log.warning(
+                    "%s: %s %d event(s) on %r: %s",
+                    self.service,
+                    verdict.outcome.value,
+                    len(events),
+                    delivery.routing_key,
+                    verdict.reason,
+                )
+            return verdict
+
+        subscription = await self.broker.consume(
+            queue,
+            bindings,
+            consume,
+            prefetch=prefetch or self._prefetch,
+            dead_letter_exchange=self.topology.dlx,
+        )
+        self._subscriptions.append(subscription)
+        return subscription
 
     async def ask(
         self,
@@ -366,32 +546,11 @@ class Bus:
         except InvalidMessage as exc:
             log.warning("dead-lettering an invalid message on %r: %s", delivery.routing_key, exc)
             return verdict_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
-        # While the subscription is paused, or earlier deliveries are still held, this one
-        # waits its turn: it must not overtake them.
-        ticket = pause.ticket()
-        try:
-            if pause.blocking and not await pause.hold(ticket, timeout=pause.max_hold):
-                return Settlement(Outcome.REQUEUE, f"held {pause.max_hold:g} s: {pause.reason}")
-            while True:
-                verdict = await self._handle(delivery, envelope, handler)
-                if verdict.outcome is not Outcome.REQUEUE:
-                    pause.succeeded()
-                    break
-                # A dependency is unavailable: keep the message, unsettled, and try it again
-                # when the pause lets it, with nothing after it overtaking it.
-                pause.failed(verdict.reason)
-                pause.finished(ticket)
-                if not await pause.hold(ticket, timeout=pause.max_hold):
-                    log.warning(
-                        "%s: handing %s on %r back to the broker after holding it %g s",
-                        self.service,
-                        envelope.type,
-                        delivery.routing_key,
-                        pause.max_hold,
-                    )
-                    return verdict
-        finally:
-            pause.finished(ticket)
+        verdict = await self._in_turn(
+            pause, lambda: self._handle(delivery, envelope, handler), delivery
+        )
+        if verdict.outcome is Outcome.REQUEUE:
+            return verdict
         if verdict.outcome is Outcome.DEAD_LETTER and on_dead_letter is not None:
             try:
                 await on_dead_letter(envelope, verdict.reason)
@@ -407,6 +566,154 @@ class Bus:
                 verdict.reason,
             )
         return verdict
+
+    async def _in_turn(
+        self, pause: Pause, attempt: Callable[[], Awaitable[Settlement]], delivery: Delivery
+    ) -> Settlement:
+        """``attempt`` once its turn comes, and again while a dependency is unavailable."""
+        # While the subscription is paused, or earlier deliveries are still held, this one
+        # waits its turn: it must not overtake them.
+        ticket = pause.ticket()
+        try:
+            if pause.blocking and not await pause.hold(ticket, timeout=pause.max_hold):
+                return Settlement(Outcome.REQUEUE, f"held {pause.max_hold:g} s: {pause.reason}")
+            while True:
+                verdict = await attempt()
+                if verdict.outcome is not Outcome.REQUEUE:
+                    pause.succeeded()
+                    return verdict
+                # A dependency is unavailable: keep the message, unsettled, and try it again
+                # when the pause lets it, with nothing after it overtaking it.
+                pause.failed(verdict.reason)
+                pause.finished(ticket)
+                if not await pause.hold(ticket, timeout=pause.max_hold):
+                    log.warning(
+                        "%s: handing a message on %r back to the broker after holding it %g s",
+                        self.service,
+                        delivery.routing_key,
+                        pause.max_hold,
+                    )
+                    return verdict
+        finally:
+            pause.finished(ticket)
+
+    async def _dispatch_batch(
+        self,
+        delivery: Delivery,
+        queue: str,
+        handler: Handler,
+        on_dead_letter: DeadLetterHook | None,
+        pause: Pause,
+        max_bytes: int,
+    ) -> Settlement:
+        """A batch for a handler of one event at a time: each event in order, settled on its
+        own. One that fails goes on alone (retried as a single message at the queue's tail,
+        or dead-lettered), the others are not held back by it. Should a dependency be
+        unavailable past the pause's hold, the whole batch goes back to the broker: the
+        events handled before it will be handled again, as any redelivery is."""
+        _delivery.set(delivery)
+        try:
+            items = _decode_all(delivery.body, max_bytes)
+        except InvalidMessage as exc:
+            log.warning("dead-lettering an invalid batch on %r: %s", delivery.routing_key, exc)
+            return verdict_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
+        for item in items:
+            if isinstance(item, Unreadable):
+                verdict = verdict_for(item.error, attempt=delivery.attempt, max_attempts=1)
+                await self._settle_part(delivery, queue, item.body, None, verdict)
+                continue
+            envelope = item
+            verdict = await self._in_turn(
+                pause, functools.partial(self._handle, delivery, envelope, handler), delivery
+            )
+            if verdict.outcome is Outcome.REQUEUE:
+                return verdict
+            if verdict.outcome is Outcome.ACK:
+                continue
+            if verdict.outcome is Outcome.DEAD_LETTER and on_dead_letter is not None:
+                try:
+                    await on_dead_letter(envelope, verdict.reason)
+                except Exception as exc:  # the dead-letter queue still keeps the event
+                    log.warning("%s: recording a dead letter failed: %s", self.service, exc)
+            log.warning(
+                "%s: %s %s from a batch on %r: %s",
+                self.service,
+                verdict.outcome.value,
+                envelope.type,
+                delivery.routing_key,
+                verdict.reason,
+            )
+            await self._settle_part(delivery, queue, encode(envelope), envelope, verdict)
+        return Settlement(Outcome.ACK)
+
+    async def _settle_part(
+        self,
+        delivery: Delivery,
+        queue: str,
+        body: bytes,
+        envelope: Envelope | None,
+        verdict: Settlement,
+    ) -> None:
+        """Send one event of a batch on alone, as the adapter would a whole message: to the
+        queue's tail as its next attempt (RETRY), or to the dead-letter exchange with the
+        reason. The batch is acknowledged only after this returns (the broker confirmed the
+        copy), so a crash in between duplicates the event rather than losing it."""
+        headers: dict[str, str] = {}
+        if envelope is not None:
+            headers[STREAM_HEADER] = envelope.stream_id
+        message_id = str(envelope.event_id) if envelope is not None else str(uuid.uuid4())
+        correlation_id = str(envelope.correlation_id) if envelope is not None else None
+        if verdict.outcome is Outcome.RETRY and queue:
+            headers[ATTEMPT_HEADER] = str(delivery.attempt + 1)
+            headers[ORIGIN_EXCHANGE_HEADER] = delivery.exchange
+            headers[ORIGIN_ROUTING_KEY_HEADER] = delivery.routing_key
+            target, key = "", queue
+        else:  # dead letters; and a retry on a queue without a name to come back to
+            headers[REASON_HEADER] = verdict.reason
+            headers[DEAD_LETTERED_FROM_HEADER] = queue
+            target, key = self.topology.dlx, delivery.routing_key
+        await self.broker.publish(
+            target,
+            key,
+            OutgoingMessage(
+                body=body, message_id=message_id, headers=headers, correlation_id=correlation_id
+            ),
+        )
+
+    async def _handle_together(
+        self, delivery: Delivery, events: Sequence[tuple[P, Envelope]], handler: BatchHandler[P]
+    ) -> Settlement:
+        """Run ``handler`` once on ``events``, in one CONSUMER span continuing the trace of
+        the first (a batch's events share their producer's context)."""
+        first = events[0][1]
+        context = parent_context(
+            delivery.headers,
+            traceparent=first.traceparent,
+            tracestate=first.tracestate,
+            correlation_id=first.correlation_id,
+            event_id=first.event_id,
+        )
+        attributes = _messaging_attributes(
+            delivery.exchange, delivery.routing_key, first, self.service
+        )
+        if len(events) > 1:
+            attributes["messaging.batch.message_count"] = len(events)
+        with self._tracer.start_as_current_span(
+            f"{delivery.routing_key} process",
+            context=context,
+            kind=SpanKind.CONSUMER,
+            attributes=attributes,
+        ) as span:
+            if delivery.attempt > 1:
+                span.set_attribute("messaging.rabbitmq.delivery_attempt", delivery.attempt)
+            error: Exception | None = None
+            try:
+                await handler(events)
+            except Exception as exc:
+                error = exc
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, str(exc)))
+            return verdict_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
 
     async def _handle(self, delivery: Delivery, envelope: Envelope, handler: Handler) -> Settlement:
         """Run ``handler`` once, in a CONSUMER span continuing the publisher's trace."""
@@ -451,9 +758,36 @@ def _decode(body: bytes, max_bytes: int) -> Envelope:
     return decode(body)
 
 
+def _decode_all(body: bytes, max_bytes: int) -> list[Envelope | Unreadable]:
+    if len(body) > max_bytes:
+        raise MessageTooLarge(
+            f"the message is {len(body)} bytes, over the {max_bytes} this consumer reads "
+            "(DLSCOPE_MAX_MESSAGE_BYTES)"
+        )
+    return decode_batch(body)
+
+
+def _runs(envelopes: Sequence[Envelope], *, by_stream: bool) -> list[list[Envelope]]:
+    """Consecutive events of one type (and one stream, ``by_stream``), in order, each run at
+    most ``MAX_BATCH_EVENTS`` long."""
+    runs: list[list[Envelope]] = []
+    for envelope in envelopes:
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and last[0].type == envelope.type
+            and (not by_stream or last[0].stream_id == envelope.stream_id)
+            and len(last) < MAX_BATCH_EVENTS
+        ):
+            last.append(envelope)
+        else:
+            runs.append([envelope])
+    return runs
+
+
 def _messaging_attributes(
     exchange: str, routing_key: str, envelope: Envelope, service: str
-) -> dict[str, str]:
+) -> dict[str, str | int]:
     # Few attributes on purpose: every message pays for each one (the recorder sees them
     # all). The type is the routing key for events; the stream follows from the correlation.
     return {

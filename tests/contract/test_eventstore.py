@@ -844,7 +844,7 @@ async def test_upgrade_is_idempotent_and_reports_the_head_revision(database_url:
     await upgrade(database_url)
 
     # Then it is at the newest revision and a store works on it
-    assert await current_revision(database_url) == head_revision() == "0005"
+    assert await current_revision(database_url) == head_revision() == "0006"
     async with EventStore.from_url(database_url) as store:
         await store.ping()
         assert await store.count_events() == 0

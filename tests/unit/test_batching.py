@@ -1,5 +1,5 @@
 """The recorder's batch writer: concurrent submissions share transactions, keep their order,
-and all learn of a failed write."""
+a delivery's batch stays in one transaction, and all learn of a failed write."""
 
 from __future__ import annotations
 
@@ -46,22 +46,36 @@ async def test_concurrent_submissions_are_written_together_in_submission_order()
     store = Store()
     writer = BatchWriter(store.append, max_batch=3)
     events = [heartbeat(n) for n in range(7)]
-    results = await asyncio.gather(*(writer.submit(e, e.typed()) for e in events))
-    assert results == [True] * 7
+    results = await asyncio.gather(*(writer.submit([e], [e.typed()]) for e in events))
+    assert results == [[True]] * 7
     assert store.batches == [["a0", "a1", "a2"], ["a3", "a4", "a5"], ["a6"]]
+
+
+async def test_a_submitted_batch_is_never_split_and_gets_its_own_flags_back() -> None:
+    store = Store()
+    writer = BatchWriter(store.append, max_batch=3)
+    first = [heartbeat(n) for n in range(2)]
+    second = [heartbeat(n) for n in range(2, 7)]  # over max_batch on its own
+    third = [first[0], heartbeat(7)]  # a redelivered event beside a new one
+    results = await asyncio.gather(
+        *(writer.submit(batch, [e.typed() for e in batch]) for batch in (first, second, third))
+    )
+    assert results == [[True, True], [True] * 5, [False, True]]
+    assert store.batches == [["a0", "a1", "a2", "a3", "a4", "a5", "a6"], ["a0", "a7"]]
 
 
 async def test_a_duplicate_is_reported_as_not_new() -> None:
     writer = BatchWriter(Store().append)
     event = heartbeat(1)
-    assert await writer.submit(event, event.typed()) is True
-    assert await writer.submit(event, event.typed()) is False
+    assert await writer.submit([event], [event.typed()]) == [True]
+    assert await writer.submit([event], [event.typed()]) == [False]
 
 
 async def test_a_failed_write_fails_every_waiting_submission() -> None:
     writer = BatchWriter(Store(fail=True).append, max_batch=2)
     results = await asyncio.gather(
-        *(writer.submit(e, e.typed()) for e in map(heartbeat, range(5))), return_exceptions=True
+        *(writer.submit([e], [e.typed()]) for e in map(heartbeat, range(5))),
+        return_exceptions=True,
     )
     assert all(isinstance(r, StoreUnavailable) for r in results)
 
@@ -70,6 +84,6 @@ async def test_the_writer_recovers_after_a_failure() -> None:
     store = Store(fail=True)
     writer = BatchWriter(store.append)
     with pytest.raises(StoreUnavailable):
-        await writer.submit(heartbeat(1), heartbeat(1).typed())
+        await writer.submit([heartbeat(1)], [heartbeat(1).typed()])
     store.fail = False
-    assert await writer.submit(heartbeat(2), heartbeat(2).typed()) is True
+    assert await writer.submit([heartbeat(2)], [heartbeat(2).typed()]) == [True]

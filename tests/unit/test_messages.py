@@ -11,17 +11,22 @@ from pydantic import ValidationError
 from shared.errors import InvalidMessage
 from shared.measurement import SingleStream
 from shared.messages import (
+    MAX_BATCH_EVENTS,
     SCENARIOS,
     Envelope,
     EvaluationFailed,
     EvaluationRequested,
     EvaluationStarted,
     Scenario,
+    Unreadable,
     attempt_key,
     decode,
+    decode_batch,
     encode,
+    encode_batch,
     evaluation_stream,
     failure_caused_by,
+    is_batch,
     job_key,
 )
 
@@ -41,6 +46,33 @@ def test_an_envelope_survives_the_wire_unchanged() -> None:
     envelope = requested()
     assert decode(encode(envelope)) == envelope
     assert decode(encode(envelope)).open(EvaluationRequested).scenario.iterations == 1024
+
+
+def test_a_batch_survives_the_wire_in_order_and_a_bad_element_stays_in_its_place() -> None:
+    first, second = requested(), requested()
+    body = encode_batch([first, second])
+    assert is_batch(body)
+    assert not is_batch(encode(first))
+    assert decode_batch(body) == [first, second]
+
+    spliced = body[:1] + b'{"type": 7}, ' + body[1:]
+    bad, *good = decode_batch(spliced)
+    assert good == [first, second]
+    assert isinstance(bad, Unreadable)
+    assert str(bad.error).startswith("batch element 0: invalid envelope:")
+
+
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        (b"[]", "the batch is empty"),
+        (b'{"not": "an array"}', "must be a JSON array"),
+        (b"[" + b"1," * MAX_BATCH_EVENTS + b"1]", f"over the {MAX_BATCH_EVENTS}"),
+    ],
+)
+def test_a_batch_body_that_is_no_batch_is_refused_whole(body: bytes, names: str) -> None:
+    with pytest.raises(InvalidMessage, match=names):
+        decode_batch(body)
 
 
 def test_a_caused_message_continues_the_correlation_and_names_its_cause() -> None:
