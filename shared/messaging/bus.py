@@ -331,6 +331,17 @@ class Bus:
                 )
             return await self._dispatch(delivery, handler, on_dead_letter, pause, limit)
 
+        return await self._consume(queue, bindings, consume, prefetch=prefetch, durable=durable)
+
+    async def _consume(
+        self,
+        queue: str,
+        bindings: Sequence[Binding],
+        consume: Callable[[Delivery], Awaitable[Settlement]],
+        *,
+        prefetch: int | None,
+        durable: bool = True,
+    ) -> Subscription:
         subscription = await self.broker.consume(
             queue,
             bindings,
@@ -440,15 +451,7 @@ class Bus:
                 )
             return verdict
 
-        subscription = await self.broker.consume(
-            queue,
-            bindings,
-            consume,
-            prefetch=prefetch or self._prefetch,
-            dead_letter_exchange=self.topology.dlx,
-        )
-        self._subscriptions.append(subscription)
-        return subscription
+        return await self._consume(queue, bindings, consume, prefetch=prefetch)
 
     async def ask(
         self,
@@ -680,24 +683,45 @@ class Bus:
             ),
         )
 
+    async def _handle(self, delivery: Delivery, envelope: Envelope, handler: Handler) -> Settlement:
+        """Run ``handler`` once, in a CONSUMER span continuing the publisher's trace."""
+
+        async def call() -> None:
+            reply = await handler(envelope)
+            if reply is not None and delivery.reply_to:
+                await self.publish(
+                    reply, exchange="", routing_key=delivery.reply_to, persistent=False
+                )
+
+        return await self._traced(delivery, envelope, 1, call)
+
     async def _handle_together(
         self, delivery: Delivery, events: Sequence[tuple[P, Envelope]], handler: BatchHandler[P]
     ) -> Settlement:
         """Run ``handler`` once on ``events``, in one CONSUMER span continuing the trace of
         the first (a batch's events share their producer's context)."""
-        first = events[0][1]
+        return await self._traced(delivery, events[0][1], len(events), lambda: handler(events))
+
+    async def _traced(
+        self,
+        delivery: Delivery,
+        envelope: Envelope,
+        count: int,
+        call: Callable[[], Awaitable[None]],
+    ) -> Settlement:
+        """``call`` in a CONSUMER span continuing ``envelope``'s trace; its verdict."""
         context = parent_context(
             delivery.headers,
-            traceparent=first.traceparent,
-            tracestate=first.tracestate,
-            correlation_id=first.correlation_id,
-            event_id=first.event_id,
+            traceparent=envelope.traceparent,
+            tracestate=envelope.tracestate,
+            correlation_id=envelope.correlation_id,
+            event_id=envelope.event_id,
         )
         attributes = _messaging_attributes(
-            delivery.exchange, delivery.routing_key, first, self.service
+            delivery.exchange, delivery.routing_key, envelope, self.service
         )
-        if len(events) > 1:
-            attributes["messaging.batch.message_count"] = len(events)
+        if count > 1:
+            attributes["messaging.batch.message_count"] = count
         with self._tracer.start_as_current_span(
             f"{delivery.routing_key} process",
             context=context,
@@ -708,39 +732,7 @@ class Bus:
                 span.set_attribute("messaging.rabbitmq.delivery_attempt", delivery.attempt)
             error: Exception | None = None
             try:
-                await handler(events)
-            except Exception as exc:
-                error = exc
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, str(exc)))
-            return verdict_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
-
-    async def _handle(self, delivery: Delivery, envelope: Envelope, handler: Handler) -> Settlement:
-        """Run ``handler`` once, in a CONSUMER span continuing the publisher's trace."""
-        context = parent_context(
-            delivery.headers,
-            traceparent=envelope.traceparent,
-            tracestate=envelope.tracestate,
-            correlation_id=envelope.correlation_id,
-            event_id=envelope.event_id,
-        )
-        with self._tracer.start_as_current_span(
-            f"{delivery.routing_key} process",
-            context=context,
-            kind=SpanKind.CONSUMER,
-            attributes=_messaging_attributes(
-                delivery.exchange, delivery.routing_key, envelope, self.service
-            ),
-        ) as span:
-            if delivery.attempt > 1:
-                span.set_attribute("messaging.rabbitmq.delivery_attempt", delivery.attempt)
-            error: Exception | None = None
-            try:
-                reply = await handler(envelope)
-                if reply is not None and delivery.reply_to:
-                    await self.publish(
-                        reply, exchange="", routing_key=delivery.reply_to, persistent=False
-                    )
+                await call()
             except Exception as exc:
                 error = exc
                 span.record_exception(exc)
