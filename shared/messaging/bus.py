@@ -20,6 +20,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from shared.errors import InvalidMessage, MessageTooLarge, RequestTimeout
 from shared.messages import (
+    MAX_BATCH_EVENTS,
     Envelope,
     Payload,
     Topology,
@@ -30,7 +31,6 @@ from shared.messages import (
     encode_batch,
     is_batch,
 )
-from shared.messages.envelope import MAX_BATCH_EVENTS
 from shared.messaging.broker import (
     ATTEMPT_HEADER,
     DEAD_LETTERED_FROM_HEADER,
@@ -552,8 +552,18 @@ class Bus:
         verdict = await self._in_turn(
             pause, lambda: self._handle(delivery, envelope, handler), delivery
         )
-        if verdict.outcome is Outcome.REQUEUE:
-            return verdict
+        if verdict.outcome is not Outcome.REQUEUE:
+            await self._not_handled(envelope, verdict, delivery, on_dead_letter)
+        return verdict
+
+    async def _not_handled(
+        self,
+        envelope: Envelope,
+        verdict: Settlement,
+        delivery: Delivery,
+        on_dead_letter: DeadLetterHook | None,
+    ) -> None:
+        """Tell the dead-letter hook and the log of an event that was not acknowledged."""
         if verdict.outcome is Outcome.DEAD_LETTER and on_dead_letter is not None:
             try:
                 await on_dead_letter(envelope, verdict.reason)
@@ -568,7 +578,6 @@ class Bus:
                 delivery.routing_key,
                 verdict.reason,
             )
-        return verdict
 
     async def _in_turn(
         self, pause: Pause, attempt: Callable[[], Awaitable[Settlement]], delivery: Delivery
@@ -633,19 +642,7 @@ class Bus:
                 return verdict
             if verdict.outcome is Outcome.ACK:
                 continue
-            if verdict.outcome is Outcome.DEAD_LETTER and on_dead_letter is not None:
-                try:
-                    await on_dead_letter(envelope, verdict.reason)
-                except Exception as exc:  # the dead-letter queue still keeps the event
-                    log.warning("%s: recording a dead letter failed: %s", self.service, exc)
-            log.warning(
-                "%s: %s %s from a batch on %r: %s",
-                self.service,
-                verdict.outcome.value,
-                envelope.type,
-                delivery.routing_key,
-                verdict.reason,
-            )
+            await self._not_handled(envelope, verdict, delivery, on_dead_letter)
             await self._settle_part(delivery, queue, encode(envelope), envelope, verdict)
         return Settlement(Outcome.ACK)
 
@@ -740,22 +737,22 @@ class Bus:
             return verdict_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
 
 
-def _decode(body: bytes, max_bytes: int) -> Envelope:
+def _check_size(body: bytes, max_bytes: int) -> None:
     # Measured before parsing: a message far over the bound costs no memory beyond itself.
     if len(body) > max_bytes:
         raise MessageTooLarge(
             f"the message is {len(body)} bytes, over the {max_bytes} this consumer reads "
             "(DLSCOPE_MAX_MESSAGE_BYTES)"
         )
+
+
+def _decode(body: bytes, max_bytes: int) -> Envelope:
+    _check_size(body, max_bytes)
     return decode(body)
 
 
 def _decode_all(body: bytes, max_bytes: int) -> list[Envelope | Unreadable]:
-    if len(body) > max_bytes:
-        raise MessageTooLarge(
-            f"the message is {len(body)} bytes, over the {max_bytes} this consumer reads "
-            "(DLSCOPE_MAX_MESSAGE_BYTES)"
-        )
+    _check_size(body, max_bytes)
     return decode_batch(body)
 
 
