@@ -24,6 +24,7 @@ BENCHMARKS = (
     "fairness",
     "interference",
     "generation",
+    "endpoint",
 )
 
 

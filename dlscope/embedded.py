@@ -26,7 +26,7 @@ from shared.config import Settings
 from shared.errors import ConfigurationError, DlscopeError, ModelNotFound
 from shared.eventstore import EventStore
 from shared.eventstore.views import ArtifactView, EvaluationView, ExperimentView, StoredEvent
-from shared.manifests import ModelManifest
+from shared.manifests import SERVED_BY, ModelManifest
 from shared.messages import (
     PROGRESS_KEY,
     DeviceLease,
@@ -184,7 +184,10 @@ async def experiment(
             # tensorrt), within the request's selection: a worker for each installed here.
             wanted = request.frameworks
             frameworks = dict.fromkeys(
-                f for m in models for f in m.frameworks if wanted == "all" or f in wanted
+                f
+                for m in models
+                for f in m.frameworks
+                if f in wanted or (wanted == "all" and (f != SERVED_BY or settings.endpoint_url))
             )
             broken = {f: installed(f) for f in frameworks}
             not_installed: dict[str, str] = {f: why for f, why in broken.items() if why}

@@ -79,6 +79,14 @@ class Settings(BaseSettings):
     # What the registry's artifact server takes (and workers send) instead of the API token,
     # so that worker hosts, which only fetch files, never hold the token that writes.
     artifact_token: str | None = None
+    # An endpoint worker's server (``--framework endpoint``): the OpenAI-compatible API root
+    # it measures (e.g. http://127.0.0.1:8000/v1) and the key it sends, from the environment
+    # only (never a command line, which other users of the host can read; never an event).
+    endpoint_url: str | None = None
+    endpoint_api_key: str | None = Field(default=None, repr=False)
+    # How long one request may wait for its next chunk, and for a connection.
+    endpoint_timeout_s: float = Field(default=60.0, gt=0)
+    endpoint_connect_timeout_s: float = Field(default=5.0, gt=0)
     # Secure by default: without a token the gateway and the artifact server listen on
     # loopback only; listening elsewhere without one needs this, and is logged at every start.
     allow_unauthenticated: bool = False

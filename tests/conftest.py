@@ -15,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -132,12 +133,21 @@ def postgres_url(postgres_database: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def smollm2_zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelManifest]:
-    """SmolLM2 as the zoo builds it (half a minute), once for every test that reads the built
-    files rather than building through the CLI: by framework. Built in a process of its own,
-    as a user's ``dlscope zoo build`` is: the build's gigabytes never enter this one."""
+def smollm2_zoo(smollm2_home: Path) -> dict[str, ModelManifest]:
+    """SmolLM2 as the zoo builds it, by framework (``smollm2_home``)."""
     from shared.manifests import load_manifest
 
+    out = smollm2_home / "zoo"
+    manifests = [load_manifest(out / f"{name}.yaml") for name in ("smollm2", "smollm2-torch")]
+    return {m.framework.name: m for m in manifests if isinstance(m, ModelManifest)}
+
+
+@pytest.fixture(scope="session")
+def smollm2_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dlscope home where the zoo has built SmolLM2 (half a minute), once for every test
+    that reads the built files, or runs the CLI on them, rather than building through the
+    CLI. Built in a process of its own, as a user's ``dlscope zoo build`` is: the build's
+    gigabytes never enter this one."""
     home = tmp_path_factory.mktemp("smollm2-home")
     out = home / "zoo"
     environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
@@ -151,5 +161,4 @@ def smollm2_zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelMani
         timeout=600,
     )
     assert built.returncode == 0, built.stderr
-    manifests = [load_manifest(out / f"{name}.yaml") for name in ("smollm2", "smollm2-torch")]
-    return {m.framework.name: m for m in manifests if isinstance(m, ModelManifest)}
+    return home

@@ -38,7 +38,13 @@ import typer
 from dlscope.cli.client import Client, Compared, Evaluated
 from dlscope.cli.experiments import show_comparison
 from dlscope.cli.layers import tracing_table
-from dlscope.cli.options import ComparisonOptions, EvaluationOptions, ModelArg
+from dlscope.cli.options import (
+    ComparisonOptions,
+    EndpointOpt,
+    EvaluationOptions,
+    ModelArg,
+    use_endpoint,
+)
 from dlscope.cli.repeats import DEFAULT_MAX_SPREAD, run_arguments, run_repeated
 from dlscope.cli.spread import spread_options
 from dlscope.cli.tables import generation_table, layers_table, summary_table
@@ -76,12 +82,14 @@ def run(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="show the services' logs")
     ] = False,
+    endpoint: EndpointOpt = None,
 ) -> None:
     """Evaluate a model with every service in this process (in-memory broker, SQLite).
 
     With --framework all (or a list), evaluate it on every framework installed here that
     has an export of it, one at a time on the shared device, and compare them.
     """
+    use_endpoint(endpoint)
     # The outcome is reported below; the services' own warnings are for --verbose.
     logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format=LOG_FORMAT)
     if repeat > 1:

@@ -10,6 +10,7 @@ a bad option is refused naming the option the user typed.
 from __future__ import annotations
 
 import dataclasses
+import os
 import uuid
 from typing import Annotated, Any
 
@@ -38,8 +39,10 @@ from shared.messages import (
 
 __all__ = [
     "ComparisonOptions",
+    "EndpointOpt",
     "EvaluationOptions",
     "ModelArg",
+    "use_endpoint",
 ]
 
 ModelArg = Annotated[str, typer.Argument(help="model name, e.g. squeezenet")]
@@ -51,6 +54,15 @@ FrameworkOpt = Annotated[
         "-f",
         help=f"one of {', '.join(FRAMEWORKS)}; several separated by commas, or 'all', "
         "compare the model on each (an experiment)",
+    ),
+]
+EndpointOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint",
+        help="with --framework endpoint: the OpenAI-compatible API root of the server that "
+        "serves the model under its name, e.g. http://127.0.0.1:8000/v1 (its key: "
+        "DLSCOPE_ENDPOINT_API_KEY)",
     ),
 ]
 FrameworkVersion = Annotated[str, typer.Option(help="framework version constraint")]
@@ -340,3 +352,10 @@ class ComparisonOptions:
             soft_wrap=True,
             highlight=False,
         )
+
+
+def use_endpoint(url: str | None) -> None:
+    """The server an embedded endpoint worker measures: its framework process reads it from
+    the environment it inherits (``DLSCOPE_ENDPOINT_URL``)."""
+    if url:
+        os.environ["DLSCOPE_ENDPOINT_URL"] = url

@@ -69,6 +69,10 @@ def serve(
     framework: Annotated[str, typer.Option(help="worker only")] = "onnxruntime",
     hardware: Annotated[str, typer.Option(help="worker only")] = "cpu",
     agent_id: Annotated[str | None, typer.Option(help="worker only")] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(help="endpoint worker only: the server's OpenAI-compatible API root"),
+    ] = None,
     partition: Annotated[
         int, typer.Option(help="recorder only: 0-based, of DLSCOPE_RECORDER_PARTITIONS")
     ] = 0,
@@ -80,7 +84,8 @@ def serve(
     argv = {
         "gateway": ["--host", host, "--port", str(port)],
         "worker": ["--framework", framework, "--hardware", hardware]
-        + (["--agent-id", agent_id] if agent_id else []),
+        + (["--agent-id", agent_id] if agent_id else [])
+        + (["--endpoint", endpoint] if endpoint else []),
         "recorder": ["--partition", str(partition)],
     }.get(service, [])
     importlib.import_module(main_module(service)).main(argv)

@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from dlscope.cli.client import Client, client_for
-from dlscope.cli.options import EvaluationOptions, ModelArg
+from dlscope.cli.options import EndpointOpt, EvaluationOptions, ModelArg, use_endpoint
 from dlscope.cli.spread import spread_options
 from dlscope.cli.terminal import console, fail
 from shared.measurement.goodput import Search, goodput_search, judge_probe
@@ -62,6 +62,7 @@ def sweep(
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write every load's result here")
     ] = None,
+    endpoint: EndpointOpt = None,
 ) -> None:
     """Run a language model at several loads and compare TTFT, TPOT, tokens/s and goodput;
     with --search, find the highest load that meets the TTFT and TPOT bounds."""
@@ -70,6 +71,7 @@ def sweep(
     if search and options.ttft_bound is None and options.tpot_bound is None:
         raise fail("--search needs a bound to meet: give --ttft-bound and/or --tpot-bound", 2)
     options.wire_scenario()  # a bad option is refused before the first load runs
+    use_endpoint(endpoint)
     client = client_for(gateway, token)
     results: dict[int, dict[str, Any]] = {}
 

@@ -109,6 +109,7 @@ def generation_table(generation: dict[str, Any]) -> Table:
         "≥ x: a bound, not an estimate: too few values for that percentile (MLPerf's early "
         "stopping rule); [low, high]: 95% interval"
     )
+    caption += _served_lines(generation)
     table = Table(
         title=f"tokens: {generation['requests']} timed requests, "
         f"{generation['input_tokens_mean']:.1f} prompt and "
@@ -129,6 +130,21 @@ def generation_table(generation: dict[str, Any]) -> Table:
     for key, unit in (("output_tokens_per_s", "output tokens/s"), ("requests_per_s", "requests/s")):
         table.add_row(unit, f"{generation[key]:.2f}", "", "", "", "")
     return table
+
+
+def _served_lines(generation: dict[str, Any]) -> list[str]:
+    """What a served model's run adds: its failed requests by kind (never latencies), how far
+    the tokenizer's counts are from the server's, the client's lag."""
+    if generation.get("timed") != "chunk":
+        return []
+    failures = generation.get("failures") or {}
+    failed = ", ".join(f"{n} {kind}" for kind, n in sorted(failures.items())) or "none"
+    lines = [f"served: times are chunks'; failed requests (not latency samples): {failed}"]
+    if (difference := generation.get("token_count_difference")) is not None:
+        lines.append(f"output tokens, tokenizer vs the server's usage: {difference:+.1%}")
+    if (lag := generation.get("client_lag_p99_ms")) is not None:
+        lines.append(f"client lag (issue - scheduled time), p99: {lag:.3f} ms")
+    return lines
 
 
 def layers_table(layers: list[dict[str, Any]], *, shown: int = 25) -> Table:

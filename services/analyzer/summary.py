@@ -14,7 +14,7 @@ from typing import Any
 
 from shared.measurement import LatencyStatistics, judge, summarize_result
 from shared.measurement.cost import machine_report
-from shared.measurement.generation import judge_tokens, summarize_generation
+from shared.measurement.generation import judge_served, judge_tokens, summarize_generation
 from shared.measurement.loadgen import LoadgenResult
 from shared.messages import (
     EvaluationMeasured,
@@ -98,7 +98,7 @@ def _with_token_bounds(
         for r in verdict.reasons
         if not (token_bounds and r.code is ReasonCode.LATENCY_BOUND_MISSED)
     ]
-    reasons = (*kept, *judge_tokens(generation, scenario))
+    reasons = (*kept, *judge_tokens(generation, scenario), *judge_served(generation))
     errors = any(r.severity == "error" for r in reasons)
     return Verdict(status="INVALID" if errors else "VALID", reasons=reasons)
 

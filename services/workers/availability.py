@@ -22,6 +22,8 @@ _MODULES = {
     "tensorflow": "tensorflow",
     "tensorrt": "tensorrt",
     "opencl": "pyopencl",
+    # A served model: HTTP (a core dependency) and the model's tokenizer, which counts tokens.
+    "endpoint": "tokenizers",
 }
 
 

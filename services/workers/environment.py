@@ -48,6 +48,7 @@ FRAMEWORK_LIBRARIES: dict[str, tuple[str, ...]] = {
     "tensorflow": ("tensorflow", "tensorflow-cpu", "keras", "protobuf", "ml-dtypes", "h5py"),
     "tensorrt": ("tensorrt", "tensorrt-cu12", "tensorrt-cu12-libs", "torch", "onnx"),
     "opencl": ("pyopencl", "pocl-binary-distribution", "onnx"),
+    "endpoint": ("httpx", "httpcore", "tokenizers"),
 }
 # A process using this much of one CPU (top's percent) beside the worker is named in the
 # environment as heavy: it competes with the measurement.

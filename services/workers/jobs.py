@@ -61,6 +61,7 @@ from shared.messages import (
 )
 from shared.messaging import Bus, current_delivery
 from shared.messaging.pause import when_available
+from shared.telemetry import inject
 
 __all__ = ["JobRunner"]
 
@@ -312,8 +313,14 @@ class JobRunner:
             return "validation", unsupported
         await tell(Step("fetching the model"))
         tokenizer = job.manifest.tokenizer
+        # A served model's weights are its server's: an endpoint fetches its tokenizer only.
+        served = self._framework.framework == "endpoint"
         try:
-            path = await asyncio.to_thread(self._artifacts.fetch, job.manifest.source)
+            path = (
+                Path()
+                if served
+                else await asyncio.to_thread(self._artifacts.fetch, job.manifest.source)
+            )
             if tokenizer is not None:
                 tokenizer_path = await asyncio.to_thread(self._artifacts.fetch, tokenizer)
         except ArtifactError as exc:
@@ -326,6 +333,8 @@ class JobRunner:
                     str(path),
                     str(self._results_dir / str(job.evaluation_id)),
                     None if tokenizer is None else str(tokenizer_path),
+                    # This job's span, which a served model's requests carry to the server.
+                    inject().get("traceparent"),
                     on_step=tell,
                 )
         except DeviceBusy as exc:

@@ -1,8 +1,10 @@
-"""``python -m services.workers --framework NAME --hardware KIND [--agent-id ID]``"""
+"""``python -m services.workers --framework NAME --hardware KIND [--agent-id ID]
+[--endpoint URL]``"""
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 
 from services.workers.service import WorkerService
@@ -21,7 +23,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--agent-id", default=None, help="default: <host>-<framework>-<hardware>-<random>"
     )
+    parser.add_argument(
+        "--endpoint",
+        default=None,
+        help="--framework endpoint: the server's OpenAI-compatible API root, e.g. "
+        "http://127.0.0.1:8000/v1 (default DLSCOPE_ENDPOINT_URL; its key: "
+        "DLSCOPE_ENDPOINT_API_KEY)",
+    )
     args = parser.parse_args(argv)
+    if args.endpoint:
+        # Through the environment, which the framework process inherits and reads.
+        os.environ["DLSCOPE_ENDPOINT_URL"] = args.endpoint
     try:
         run_process(
             f"worker-{args.framework}-{args.hardware}",

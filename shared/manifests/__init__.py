@@ -9,6 +9,7 @@ from shared.manifests.framework import FrameworkManifest
 from shared.manifests.kinds import MANIFEST_KINDS, Manifest
 from shared.manifests.loading import load_manifest, load_manifests, parse_manifest, read_yaml
 from shared.manifests.model import (
+    SERVED_BY,
     Accuracy,
     CacheLink,
     FrameworkRequirement,
@@ -50,6 +51,7 @@ __all__ = [
     "INPUT_OPS",
     "MANIFEST_KINDS",
     "OUTPUT_OPS",
+    "SERVED_BY",
     "STEP_GROUP",
     "Accuracy",
     "ArchiveFormat",

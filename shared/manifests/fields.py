@@ -33,6 +33,7 @@ __all__ = [
     "FrameworkName",
     "Hardware",
     "Labels",
+    "ModelFrameworkName",
     "Strict",
     "Versioned",
     "check_dims",
@@ -46,7 +47,11 @@ __all__ = [
 ElementType = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
 # The same names as shared.messages.evaluation.Framework/Hardware (which imports this package,
 # so it cannot be imported from here).
-FrameworkName = Literal["onnxruntime", "pytorch", "tensorflow", "tensorrt", "opencl"]
+# ``ModelFrameworkName``: what a model's files are made for. ``FrameworkName``: what a worker
+# runs, those and ``endpoint`` (a model served elsewhere, measured over HTTP: no file is made
+# for it).
+ModelFrameworkName = Literal["onnxruntime", "pytorch", "tensorflow", "tensorrt", "opencl"]
+FrameworkName = Literal["onnxruntime", "pytorch", "tensorflow", "tensorrt", "opencl", "endpoint"]
 Hardware = Literal["cpu", "gpu", "fpga"]
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"

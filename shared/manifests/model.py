@@ -17,6 +17,7 @@ from shared.inputs import MAX_DESCRIPTION, MAX_ITEMS
 from shared.manifests.fields import (
     ElementType,
     FrameworkName,
+    ModelFrameworkName,
     Strict,
     Versioned,
     check_dims,
@@ -33,6 +34,7 @@ from shared.manifests.steps import (
 from shared.manifests.versions import parse_constraint
 
 __all__ = [
+    "SERVED_BY",
     "Accuracy",
     "CacheLink",
     "ElementType",
@@ -47,7 +49,7 @@ __all__ = [
 
 
 class FrameworkRequirement(Strict):
-    name: FrameworkName
+    name: ModelFrameworkName
     version: str = Field(default="*", description="version constraint, PEP 440 syntax")
 
     @field_validator("version")
@@ -140,6 +142,9 @@ class Generation(Strict):
 # Frameworks that run another framework's format: the ONNX graph of an onnxruntime model is
 # what TensorRT builds its engine from and what the OpenCL engine executes.
 ALSO_RUN_BY: dict[str, tuple[FrameworkName, ...]] = {"onnxruntime": ("tensorrt", "opencl")}
+# The framework of a served model: a generative model with a tokenizer is also what a server
+# behind an endpoint worker serves under the manifest's name (the same weights, elsewhere).
+SERVED_BY: FrameworkName = "endpoint"
 
 
 class ModelManifest(Versioned):
@@ -261,7 +266,14 @@ class ModelManifest(Versioned):
     def frameworks(self) -> tuple[FrameworkName, ...]:
         """The frameworks that run this model's files: its own, and those that take the same
         format (an ONNX graph is also what TensorRT and dlscope's OpenCL engine run)."""
-        return (self.framework.name, *ALSO_RUN_BY.get(self.framework.name, ()))
+        served = (SERVED_BY,) if self.served else ()
+        return (self.framework.name, *ALSO_RUN_BY.get(self.framework.name, ()), *served)
+
+    @property
+    def served(self) -> bool:
+        """Whether an endpoint worker can measure this model as a server serves it: it
+        generates text and has the tokenizer that counts the tokens."""
+        return self.generation is not None and self.tokenizer is not None
 
     def runs_on(self, framework: str) -> bool:
         return framework in self.frameworks

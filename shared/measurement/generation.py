@@ -8,6 +8,8 @@ import numpy as np
 
 from shared.measurement.statistics import summarize_latencies
 from shared.messages import (
+    GENERATION_METRICS,
+    SERVED_METRICS,
     GenerationRecord,
     GenerationSummary,
     LatencyStatistics,
@@ -17,7 +19,26 @@ from shared.messages import (
     Severity,
 )
 
-__all__ = ["judge_tokens", "summarize_generation"]
+__all__ = [
+    "MAX_FAILED_FRACTION",
+    "MAX_LAG_FRACTION",
+    "TOKEN_COUNT_TOLERANCE",
+    "judge_served",
+    "judge_tokens",
+    "summarize_generation",
+]
+
+# A served run is not VALID when more than this fraction of its timed requests failed: the
+# latencies of the others describe a server that was not serving everyone.
+MAX_FAILED_FRACTION = 0.01
+# Nor when the client issued late: its p99 lag above this fraction of the median TTFT (and
+# above LAG_FLOOR_NS, below which a thread's wake-up jitter is all it is), the server was not
+# offered the load the scenario names.
+MAX_LAG_FRACTION = 0.05
+LAG_FLOOR_NS = 1_000_000
+# The tokenizer's and the server's output token counts may differ by this fraction before
+# it is worth a warning (a special token, a chunk's partial character).
+TOKEN_COUNT_TOLERANCE = 0.02
 
 
 def summarize_generation(
@@ -63,7 +84,21 @@ def summarize_generation(
             ):
                 met += 1
         goodput = met / (duration / 1e9)
+    served = record.served
+    reported = [(r.output_tokens, r.reported_tokens) for r in requests if r.reported_tokens]
+    difference = None
+    if reported:
+        server_total = sum(b for _, b in reported)
+        difference = (sum(a for a, _ in reported) - server_total) / server_total
+    lag_p99 = None
+    if served is not None and served.client_lag_ns:
+        lag_p99 = float(np.percentile(np.asarray(served.client_lag_ns), 99)) / 1e6
     return GenerationSummary(
+        timed=record.timed,
+        definitions=dict(SERVED_METRICS if record.timed == "chunk" else GENERATION_METRICS),
+        failures=dict(served.failures) if served is not None else {},
+        token_count_difference=difference,
+        client_lag_p99_ms=lag_p99,
         requests=len(requests),
         goodput_per_s=goodput,
         input_tokens_mean=float(np.mean([r.input_tokens for r in requests])),
@@ -116,4 +151,56 @@ def judge_tokens(summary: GenerationSummary, scenario: Scenario) -> list[Reason]
                     limit=bound_ms,
                 )
             )
+    return reasons
+
+
+def judge_served(summary: GenerationSummary) -> list[Reason]:
+    """What a served model's run says of itself: failed requests (an error past
+    ``MAX_FAILED_FRACTION``, else a warning), a client that issued late (an error: the load
+    was not the scenario's), token counts that disagree with the server's (a warning)."""
+    reasons = []
+    failed = sum(summary.failures.values())
+    if failed:
+        total = failed + summary.requests
+        fraction = failed / total
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(summary.failures.items()))
+        reasons.append(
+            Reason(
+                code=ReasonCode.REQUESTS_FAILED,
+                severity=Severity.ERROR if fraction > MAX_FAILED_FRACTION else Severity.WARNING,
+                message=f"{failed} of {total} timed requests failed ({kinds}); failed requests "
+                f"are not latency samples (at most {MAX_FAILED_FRACTION:.0%} may fail)",
+                measured=fraction,
+                limit=MAX_FAILED_FRACTION,
+            )
+        )
+    if summary.client_lag_p99_ms is not None:
+        median_ttft_ms = summary.ttft.percentile(0.5).value_ns / 1e6
+        limit_ms = max(LAG_FLOOR_NS / 1e6, MAX_LAG_FRACTION * median_ttft_ms)
+        if summary.client_lag_p99_ms > limit_ms:
+            reasons.append(
+                Reason(
+                    code=ReasonCode.LOAD_GENERATOR_LATE,
+                    severity=Severity.ERROR,
+                    message=f"the client issued requests late: p99 lag "
+                    f"{summary.client_lag_p99_ms:.2f} ms past their scheduled times, above "
+                    f"{limit_ms:.2f} ms ({MAX_LAG_FRACTION:.0%} of the median TTFT): the server "
+                    "was offered less than the scenario's load",
+                    measured=summary.client_lag_p99_ms,
+                    limit=limit_ms,
+                )
+            )
+    difference = summary.token_count_difference
+    if difference is not None and abs(difference) > TOKEN_COUNT_TOLERANCE:
+        reasons.append(
+            Reason(
+                code=ReasonCode.TOKEN_COUNTS_DISAGREE,
+                severity=Severity.WARNING,
+                message=f"the model's tokenizer counts {difference:+.1%} output tokens against "
+                f"the server's usage (tolerance {TOKEN_COUNT_TOLERANCE:.0%}): per-token figures "
+                "depend on which count is right",
+                measured=difference,
+                limit=TOKEN_COUNT_TOLERANCE,
+            )
+        )
     return reasons

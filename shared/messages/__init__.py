@@ -98,10 +98,12 @@ from shared.messages.fingerprint import (
 )
 from shared.messages.generation import (
     GENERATION_METRICS,
+    SERVED_METRICS,
     GeneratedRequest,
     GenerationRecord,
     GenerationSummary,
     Perplexity,
+    ServedRun,
 )
 from shared.messages.lineage import experiment_models, exports_of
 from shared.messages.machine import MachineWindow, NoiseProbe
@@ -171,6 +173,7 @@ __all__ = [
     "PROFILED_LEVELS",
     "PROGRESS_KEY",
     "SCENARIOS",
+    "SERVED_METRICS",
     "TRACE_LEVELS",
     "UNAVAILABLE",
     "AccuracyMeasurement",
@@ -265,6 +268,7 @@ __all__ = [
     "ScenarioPlan",
     "ScenarioResult",
     "SeriesPoint",
+    "ServedRun",
     "Server",
     "Severity",
     "SingleStream",

@@ -26,10 +26,12 @@ from shared.messages.statistics import LatencyStatistics
 
 __all__ = [
     "GENERATION_METRICS",
+    "SERVED_METRICS",
     "GeneratedRequest",
     "GenerationRecord",
     "GenerationSummary",
     "Perplexity",
+    "ServedRun",
 ]
 
 # Each metric's definition, as reports show it beside the number.
@@ -41,6 +43,20 @@ GENERATION_METRICS: dict[str, str] = {
     "output_tokens_per_s": "output tokens of the timed requests / the timed phase's duration",
     "requests_per_s": "timed requests / the timed phase's duration",
     "goodput_per_s": "timed requests whose own TTFT and TPOT met every bound / the duration",
+}
+# What changes for a served model, whose times are chunks' (one chunk may carry several
+# tokens): what is measured per chunk, and what is derived from the token counts.
+SERVED_METRICS: dict[str, str] = {
+    **GENERATION_METRICS,
+    "ttft": "time to first token: the first chunk with content's arrival - the request's "
+    "scheduled time",
+    "tpot": "time per output token (derived): (E2E - TTFT) / (output tokens - 1), output "
+    "tokens counted on the text received by the model's tokenizer",
+    "itl": "inter-chunk latency: every gap between two consecutive chunks with content, "
+    "pooled (a chunk may carry several tokens)",
+    "e2e": "end to end: the last chunk's arrival - the request's scheduled time",
+    "output_tokens_per_s": "output tokens (the model's tokenizer on the text received) of the "
+    "timed requests / the timed phase's duration",
 }
 
 
@@ -56,10 +72,61 @@ class GeneratedRequest(BaseModel):
     )
     input_tokens: int = Field(ge=1, description="the prompt's tokens, by the model's tokenizer")
     stopped_by: Literal["max_new_tokens", "eos"]
+    # A served model's request (``GenerationRecord.timed == "chunk"``): ``token_ns`` holds when
+    # each chunk with content came, and a chunk may carry several tokens, so the output's
+    # tokens are counted on the text received by the model's tokenizer, and by the server
+    # where its ``usage`` says.
+    counted_tokens: int | None = Field(
+        default=None, ge=1, description="output tokens by the model's tokenizer (served)"
+    )
+    reported_tokens: int | None = Field(
+        default=None, ge=0, description="output tokens as the server's usage reports them"
+    )
+    reported_input_tokens: int | None = Field(
+        default=None, ge=0, description="prompt tokens as the server's usage reports them"
+    )
 
     @property
     def output_tokens(self) -> int:
-        return len(self.token_ns)
+        return self.counted_tokens if self.counted_tokens is not None else len(self.token_ns)
+
+
+class ServedRun(BaseModel):
+    """What a served model's run saw of the server besides the timed requests: where it was
+    (never its API key), how the requests that failed failed (never latency samples), and
+    the server's own metrics before and after, where it exposes them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = Field(max_length=2048, description="the endpoint's base URL, without credentials")
+    model: str = Field(max_length=256, description="the model name the server serves it as")
+    api: Literal["chat", "completions"]
+    failures: dict[str, int] = Field(
+        default_factory=dict, description="timed requests that failed, per kind"
+    )
+    failure_causes: list[str] = Field(
+        default_factory=list, max_length=8, description="the first causes, one per kind"
+    )
+    client_lag_ns: list[int] = Field(
+        default_factory=list,
+        max_length=100_000,
+        description="per timed request, its issue time - its scheduled time (the client's lag)",
+    )
+    metrics_before: dict[str, float] | None = Field(
+        default=None, description="the server's /metrics before the timed requests"
+    )
+    metrics_after: dict[str, float] | None = None
+    metrics_note: str | None = Field(default=None, max_length=512)
+    server_process: str | None = Field(
+        default=None,
+        max_length=256,
+        description="the process on this host serving the endpoint, whose CPU time is the "
+        "measurement's own (not another process's); None: the server is elsewhere or unseen",
+    )
+
+    @property
+    def failed(self) -> int:
+        return sum(self.failures.values())
 
 
 class GenerationRecord(BaseModel):
@@ -71,6 +138,10 @@ class GenerationRecord(BaseModel):
     ignore_eos: bool
     duration_ns: int = Field(gt=0, description="the timed phase's duration")
     requests: list[GeneratedRequest] = Field(min_length=1)
+    # What each request's times are: every token's (a model run here), or every chunk's with
+    # content (a served model: TTFT is the first chunk's, gaps are between chunks).
+    timed: Literal["token", "chunk"] = "token"
+    served: ServedRun | None = None
 
 
 class Perplexity(BaseModel):
@@ -110,3 +181,15 @@ class GenerationSummary(BaseModel):
         description="requests that met every TTFT and TPOT bound, per second (with bounds)",
     )
     definitions: dict[str, str] = Field(default_factory=lambda: dict(GENERATION_METRICS))
+    # A served model's run: what its times are, how many requests failed (per kind), how far
+    # the tokenizer's counts are from the server's, how late the client issued.
+    timed: Literal["token", "chunk"] = "token"
+    failures: dict[str, int] = Field(default_factory=dict)
+    token_count_difference: float | None = Field(
+        default=None,
+        description="(tokenizer's output tokens - server's) / server's, over the requests "
+        "where the server reported its count",
+    )
+    client_lag_p99_ms: float | None = Field(
+        default=None, description="p99 of issue time - scheduled time (the client's own lag)"
+    )

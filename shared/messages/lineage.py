@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 
 from shared.errors import ModelNotFound
-from shared.manifests import ModelManifest, TensorSpec
+from shared.manifests import SERVED_BY, ModelManifest, TensorSpec
 from shared.messages.experiment import FrameworkSelection
 
 __all__ = ["experiment_models", "exports_of"]
@@ -44,7 +44,8 @@ def experiment_models(
                 "name the models to compare explicitly"
             )
     wanted.sort(key=lambda f: f != model.framework.name)  # stable: the rest keep their order
-    return [exports[f][0] for f in wanted]
+    # A served model is the model itself (on an endpoint worker): listed once.
+    return list({m.ref: m for m in (exports[f][0] for f in wanted)}.values())
 
 
 def exports_of(
@@ -53,6 +54,8 @@ def exports_of(
     """Per framework, the exports of ``model`` among ``registered``: ``model`` alone for its
     own framework, first; more than one for a framework means the choice is ambiguous."""
     found: dict[str, list[ModelManifest]] = {model.framework.name: [model]}
+    if model.served:
+        found[SERVED_BY] = [model]
     key = _lineage(model)
     if key is None:
         return found

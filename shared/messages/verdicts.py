@@ -40,6 +40,8 @@ class ReasonCode(StrEnum):
     TTFT_BOUND_MISSED = "ttft_bound_missed"
     TPOT_BOUND_MISSED = "tpot_bound_missed"
     TOKEN_BOUND_UNPROVEN = "token_bound_unproven"
+    REQUESTS_FAILED = "requests_failed"
+    TOKEN_COUNTS_DISAGREE = "token_counts_disagree"
 
 
 class Severity(StrEnum):

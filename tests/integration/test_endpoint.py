@@ -6,88 +6,17 @@ timed chunk by chunk; a request that fails is data (its kind, its cause, what ca
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from dlscope.zoo import smollm
+from harness.llama_server import EOS, KEY, NOT_BUILT, SERVED, SERVER_PYTHON, free_port, llama_server
 from services.workers.framework.endpoint import Endpoint, Sampling
-from shared.config import REPOSITORY_ROOT
 from shared.errors import ConfigurationError
 
-SERVER_PYTHON = REPOSITORY_ROOT / ".venv-llama" / "bin" / "python"
-SERVED = "smollm2"
-KEY = "dlscope-test-key"
-# SmolLM2's end-of-sequence tokens (<|endoftext|>, <|im_start|>, <|im_end|>).
-EOS = (0, 1, 2)
-
-pytestmark = pytest.mark.skipif(
-    not SERVER_PYTHON.exists(),
-    reason="llama.cpp's server is not built here: `make test` builds it into .venv-llama",
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def llama_server(log: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """llama.cpp's server on a free port, answering to the key ``KEY``; its API root and its
-    process."""
-    port = _free_port()
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(SERVER_PYTHON),
-                "-m",
-                "llama_cpp.server",
-                "--model",
-                str(smollm._gguf_path()),
-                "--model_alias",
-                SERVED,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--n_ctx",
-                "2048",
-                "--n_threads",
-                "2",
-                "--api_key",
-                KEY,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"llama.cpp's server exited: {log.read_text()[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                answer = httpx.get(
-                    f"{url}/models", timeout=1, headers={"Authorization": f"Bearer {KEY}"}
-                )
-                if answer.status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"llama.cpp's server did not answer: {log.read_text()}")
-            time.sleep(0.2)
-        yield url, process
-    finally:
-        process.kill()
-        process.wait(timeout=30)
+pytestmark = pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +36,7 @@ def test_checking_an_endpoint_names_what_would_fail_every_request(server: str) -
     with pytest.raises(ConfigurationError, match=r"refused the API key \(HTTP 401\)"):
         check(server, key="not-the-key")
     with pytest.raises(ConfigurationError, match="cannot be reached"):
-        check(f"http://127.0.0.1:{_free_port()}/v1")
+        check(f"http://127.0.0.1:{free_port()}/v1")
     with pytest.raises(ConfigurationError, match="is not an OpenAI-compatible API"):
         check(server.removesuffix("/v1"))  # the server, but not its API
 
@@ -155,7 +84,7 @@ def test_an_error_status_a_timeout_and_a_refused_connection_are_data(server: str
         late = hurried.stream("The capital of France is", Sampling(max_tokens=8))
     assert late.failure == "timeout"
 
-    with Endpoint(f"http://127.0.0.1:{_free_port()}/v1", SERVED) as nowhere:
+    with Endpoint(f"http://127.0.0.1:{free_port()}/v1", SERVED) as nowhere:
         gone = nowhere.stream("Hello", Sampling(max_tokens=8))
     assert gone.failure == "refused"
     assert gone.chunk_ns == []

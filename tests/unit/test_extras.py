@@ -37,6 +37,8 @@ FRAMEWORK_PACKAGES = {
     "tensorflow": "tensorflow-cpu",
     "opencl": "pyopencl",
     "tensorrt": "tensorrt",
+    # A served model's worker: its tokenizer counts the tokens (HTTP is the base's).
+    "endpoint": "tokenizers",
 }
 # What the control plane must not pull in: frameworks and what only workers use.
 WORKER_ONLY = {

@@ -357,11 +357,12 @@ def test_concurrent_streams_overlap_and_every_finished_request_counts() -> None:
         return Generated(issued, 4, [prompt] * 3, tokens, "max_new_tokens")
 
     plan = SingleStream(min_query_count=30, min_duration_s=0, warmup=WarmupSettings(max_windows=0))
-    result, timed = run_streams(
+    result, timed, failed = run_streams(
         plan, 3, slow, prompts=8, load_ns=0, on_step=lambda step: None, watch=None
     )
     (phase,) = result.phases
     assert most == 3, "three requests in flight at once"
+    assert failed == []
     assert len(timed) == len(phase.latencies_ns) >= 30
     assert len(timed) <= 30 + 2, "only the requests already begun finish after the stop"
     completions = [g.token_ns[-1] for g in timed]

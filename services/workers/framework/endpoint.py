@@ -31,7 +31,15 @@ import orjson
 
 from shared.errors import ConfigurationError
 
-__all__ = ["API", "FAILURES", "Endpoint", "Sampling", "Streamed"]
+__all__ = [
+    "API",
+    "FAILURES",
+    "MAX_METRICS",
+    "Endpoint",
+    "Sampling",
+    "Streamed",
+    "prometheus_values",
+]
 
 API = Literal["chat", "completions"]
 # How a request can fail, each counted apart beside the latencies.
@@ -40,6 +48,9 @@ Failure = Literal["http_error", "timeout", "refused", "disconnected", "malformed
 
 # The bias that keeps a token out of a sampled or greedy output (OpenAI's bound).
 _EXCLUDED = -100
+# A server's metrics as a run records them: at most this many series, read within this time.
+MAX_METRICS = 256
+_METRICS_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,17 @@ class Endpoint:
     def check(self) -> list[str]:
         """The models the server serves, once it is shown to serve ``model`` through the
         OpenAI API; a ``ConfigurationError`` naming what is wrong otherwise."""
+        models = self.models()
+        if self.model not in models:
+            raise ConfigurationError(
+                f"the endpoint {self.url} does not serve {self.model!r}; it serves "
+                f"{', '.join(models) or 'no model'}"
+            )
+        return models
+
+    def models(self) -> list[str]:
+        """The models the server lists through the OpenAI API; a ``ConfigurationError``
+        naming what is wrong when it cannot be asked."""
         where = f"the endpoint {self.url}"
         try:
             response = self._client.get("/models")
@@ -166,12 +188,22 @@ class Endpoint:
                 f"{where} is not an OpenAI-compatible API: GET {self.url}/models answered "
                 f"HTTP {response.status_code} without a model list"
             )
-        if self.model not in models:
-            raise ConfigurationError(
-                f"{where} does not serve {self.model!r}; it serves "
-                f"{', '.join(models) or 'no model'}"
-            )
         return models
+
+    def metrics(self) -> tuple[dict[str, float] | None, str | None]:
+        """The server's own Prometheus metrics (``/metrics`` beside the API root: queue
+        lengths, KV-cache use, preemptions on vLLM), at most ``MAX_METRICS`` series; or None
+        and why not, for a server without them."""
+        root = self.url.removesuffix("/v1")
+        try:
+            response = self._client.get(f"{root}/metrics", timeout=_METRICS_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            return None, f"GET {root}/metrics failed: {exc!r}"
+        if response.status_code != 200:
+            return None, f"the server has no Prometheus metrics (GET {root}/metrics: HTTP " + (
+                f"{response.status_code})"
+            )
+        return prometheus_values(response.text), None
 
     def stream(
         self,
@@ -185,7 +217,7 @@ class Endpoint:
         ``completions``) and read the streamed answer to its end; ``headers`` go with it
         (a W3C ``traceparent``, say), ``on_chunk`` hears of each chunk with content as it
         comes (how many so far)."""
-        path, body = self._request(prompt, sampling)
+        path, body = self.request(prompt, sampling)
         reading = _Reading(time.perf_counter_ns(), on_chunk)
         try:
             with self._client.stream(
@@ -221,7 +253,8 @@ class Endpoint:
             return reading.ended("disconnected", "the stream ended before the answer did")
         return reading.ended()
 
-    def _request(self, prompt: str, sampling: Sampling) -> tuple[str, dict[str, Any]]:
+    def request(self, prompt: str, sampling: Sampling) -> tuple[str, dict[str, Any]]:
+        """The path and JSON body ``stream`` posts for ``prompt``."""
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": sampling.max_tokens,
@@ -293,3 +326,25 @@ def _json_headers(extra: Mapping[str, str] | None) -> dict[str, str]:
 
 def _count(value: object) -> int | None:
     return value if isinstance(value, int) and value >= 0 else None
+
+
+def prometheus_values(text: str) -> dict[str, float]:
+    """The samples of a Prometheus text exposition, ``name{labels}`` to value, the first
+    ``MAX_METRICS`` of them; comments and lines that are not samples are skipped."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, _, rest = line.rpartition("}") if "}" in line else line.partition(" ")
+        if "}" in line:
+            series += "}"
+        fields = rest.split()
+        if not series or not fields:
+            continue
+        try:
+            values[series.strip()] = float(fields[0])
+        except ValueError:
+            continue
+        if len(values) >= MAX_METRICS:
+            break
+    return values

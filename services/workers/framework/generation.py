@@ -47,6 +47,7 @@ __all__ = [
     "perplexity",
     "prompts",
     "record",
+    "tokens_fingerprint",
 ]
 
 Predict = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
@@ -57,13 +58,23 @@ GENERATION_WARMUP = 2
 
 @dataclass(frozen=True)
 class Generated:
-    """One generation's tokens and their times (``time.perf_counter_ns``)."""
+    """One generation's tokens and their times (``time.perf_counter_ns``).
+
+    A served model's request (``services.workers.framework.served``) times chunks, not
+    tokens: ``tokens`` are its text's tokens by the model's tokenizer, ``token_ns`` the
+    chunks' arrivals, ``reported_*`` the server's own counts; and it may fail (``failure``,
+    a kind of ``endpoint.FAILURES``, with its ``cause``), when it is no latency sample."""
 
     issued_ns: int
     prompt_tokens: int
     tokens: list[int]
     token_ns: list[int]
     stopped_by: str
+    failure: str | None = None
+    cause: str | None = None
+    reported_tokens: int | None = None
+    reported_input_tokens: int | None = None
+    chunks: bool = False
 
 
 @dataclass
@@ -184,6 +195,9 @@ def record(
                 token_ns=[t - begin_ns for t in g.token_ns],
                 input_tokens=g.prompt_tokens,
                 stopped_by="eos" if g.stopped_by == "eos" else "max_new_tokens",
+                counted_tokens=max(1, len(g.tokens)) if g.chunks else None,
+                reported_tokens=g.reported_tokens,
+                reported_input_tokens=g.reported_input_tokens,
             )
         )
     return GenerationRecord(
@@ -230,7 +244,15 @@ def generation_fingerprint(
     They are the sample's values and its "top-1" (one index per position), so parity's top-1
     agreement is the fraction of positions whose token agrees."""
     fixed = Generator(generator.manifest, generator.predict, FINGERPRINT_TOKENS, ignore_eos=True)
-    tokens = np.asarray([fixed.generate(prompt).tokens], dtype=np.int64)
+    return tokens_fingerprint(prompt, fixed.generate(prompt).tokens, description, kind)
+
+
+def tokens_fingerprint(
+    prompt: np.ndarray, generated: Sequence[int], description: str, kind: str
+) -> OutputFingerprint:
+    """The fingerprint of ``generated``, the first ``FINGERPRINT_TOKENS`` greedy tokens of
+    ``prompt``, wherever they were generated."""
+    tokens = np.asarray([list(generated[:FINGERPRINT_TOKENS])], dtype=np.int64)
     digest = hashlib.sha256(f"{prompt.dtype.str}{list(prompt.shape)}".encode())
     digest.update(prompt.tobytes())
     identity = InputSetIdentity(

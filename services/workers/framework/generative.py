@@ -120,7 +120,7 @@ def _timed(
     scenario = job.scenario
     if scenario.concurrency > 1:
         assert isinstance(plan, SingleStream)
-        native, timed = run_streams(
+        native, timed, _ = run_streams(
             plan,
             scenario.concurrency,
             lambda i: generate(asked[i]),

@@ -59,11 +59,25 @@ class Session:
 
 
 def measure_job(
-    session: Session, job: RunEvaluation, path: str, results_dir: str, tokenizer: str | None = None
+    session: Session,
+    job: RunEvaluation,
+    path: str,
+    results_dir: str,
+    tokenizer: str | None = None,
+    traceparent: str | None = None,
 ) -> Run:
     """One evaluation job's measurement (``services.workers.framework.measurement.measure``);
     the worker calls it as ``handover.MEASURE_JOB``, with the fetched tokenizer of a text
-    model."""
+    model and the W3C trace context of its span for the job (which a served model's requests
+    carry to the server)."""
+    if session.factory.measures is not None:  # a served model: its server runs it
+        run: Run = session.factory.measures(
+            job,
+            on_step=session.on_step,
+            tokenizer_path=None if tokenizer is None else Path(tokenizer),
+            traceparent=traceparent,
+        )
+        return run
     return measure(
         session.factory,
         job,

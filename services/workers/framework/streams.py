@@ -11,6 +11,11 @@ so a request's scheduled time is its issue time.
 The phase ends when both minimums are met (requests, duration) or at the cap; the streams
 then finish what they began, and those requests count too: a request cut short would bias
 the tail. The cold first request and the warm-up run one at a time, before the streams.
+
+A served model's request can fail (``Generated.failure``): before the timed phase that fails
+the run at once, with the cause (the server cannot serve what the scenario asks); during it,
+the request is kept apart, never a latency sample, and ``FAILURE_STREAK`` failures in a row
+end the phase (the server has stopped answering: what was measured before is kept).
 """
 
 from __future__ import annotations
@@ -20,13 +25,17 @@ import time
 from collections.abc import Callable
 
 from services.workers.framework.generation import Generated
+from shared.errors import PredictorError
 from shared.measurement.overhead import null_query_floor_ns
 from shared.measurement.progress import OnStep, timed_queries, warming_up
 from shared.measurement.readings import MachineWatch
 from shared.measurement.warmup import warm_up
 from shared.messages import HarnessOverhead, ScenarioResult, SingleStream, TimedPhase
 
-__all__ = ["run_streams"]
+__all__ = ["FAILURE_STREAK", "run_streams"]
+
+# This many timed requests failing one after another end the phase.
+FAILURE_STREAK = 8
 
 
 def run_streams(
@@ -38,10 +47,10 @@ def run_streams(
     load_ns: int,
     on_step: OnStep,
     watch: MachineWatch | None,
-) -> tuple[ScenarioResult, list[Generated]]:
+) -> tuple[ScenarioResult, list[Generated], list[Generated]]:
     """Run ``streams`` closed loops of ``generate(prompt number)``; the scenario's result
-    (each request's end-to-end latency, in completion order) and the timed generations in the
-    same order."""
+    (each request's end-to-end latency, in completion order), the timed generations in the
+    same order, and the timed requests that failed."""
     clock = time.perf_counter_ns
     floor_ns = null_query_floor_ns()
     taken = iter(range(1 << 62))
@@ -53,6 +62,10 @@ def run_streams(
 
     def one() -> int:
         generated = generate(next_prompt())
+        if generated.failure is not None:
+            raise PredictorError(
+                f"a request before the timed phase failed ({generated.failure}): {generated.cause}"
+            )
         return generated.token_ns[-1] - generated.issued_ns
 
     on_step(warming_up(plan, f" ({streams} streams)"))
@@ -60,6 +73,8 @@ def run_streams(
     warmup = warm_up(one, plan.warmup)
     on_step(timed_queries(plan, f" ({streams} streams)", plan.min_duration_s))
     done: list[Generated] = []
+    failed: list[Generated] = []
+    streak = [0]  # failures in a row, across the streams
     stop = threading.Event()
     begin = clock()
     min_ns, max_ns = int(plan.min_duration_s * 1e9), int(plan.max_duration_s * 1e9)
@@ -68,10 +83,15 @@ def run_streams(
         while not stop.is_set():
             generated = generate(next_prompt())
             with lock:
-                done.append(generated)
+                if generated.failure is None:
+                    done.append(generated)
+                    streak[0] = 0
+                else:
+                    failed.append(generated)
+                    streak[0] += 1
                 elapsed = clock() - begin
                 enough = len(done) >= plan.min_query_count and elapsed >= min_ns
-                if enough or elapsed >= max_ns:
+                if enough or elapsed >= max_ns or streak[0] >= FAILURE_STREAK:
                     stop.set()
 
     end_window = watch() if watch is not None else None
@@ -81,6 +101,11 @@ def run_streams(
     for thread in threads:
         thread.join()
     window = end_window() if end_window is not None else None
+    if not done:
+        raise PredictorError(
+            f"every timed request failed ({len(failed)}); the first: "
+            f"{failed[0].failure}: {failed[0].cause}"
+        )
     done.sort(key=lambda g: g.token_ns[-1])
     duration = done[-1].token_ns[-1] - begin
     capped = duration >= max_ns and len(done) < plan.min_query_count
@@ -100,4 +125,4 @@ def run_streams(
         window=window,
     )
     result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))
-    return result, done
+    return result, done, failed

@@ -33,6 +33,10 @@ def _usable(hardware: str) -> str | None:
     return None
 
 
+def _runs_no_model() -> Predictor:
+    raise ConfigurationError("an endpoint runs no model here: its server does")
+
+
 @dataclass(frozen=True)
 class PredictorFactory:
     create: Callable[[], Predictor]
@@ -43,6 +47,9 @@ class PredictorFactory:
     # Why the framework can run nothing on the hardware here although it is installed (an
     # OpenCL device whose compiler builds no kernel), or None.
     unusable: Callable[[str], str | None] = _usable
+    # A framework that measures in its own way instead of through a predictor: the endpoint
+    # (a served model, over HTTP), ``served.measure_served``.
+    measures: Callable[..., Any] | None = None
 
 
 def predictor_factory(framework: str) -> PredictorFactory:
@@ -71,6 +78,16 @@ def predictor_factory(framework: str) -> PredictorFactory:
                 opencl.framework_version,
                 opencl.device_capabilities,
                 opencl.unusable,
+            )
+        if framework == "endpoint":
+            from services.workers.framework import served
+
+            return PredictorFactory(
+                _runs_no_model,
+                lambda: served.API_VERSION,
+                served.described_endpoint,
+                served.unusable,
+                served.measure_served,
             )
     except ImportError as exc:
         raise ConfigurationError(
