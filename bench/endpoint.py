@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -43,7 +44,7 @@ TOKENS = 16
 ROUNDS = 40
 RATES = (2.0, 8.0, 32.0)
 OPEN_LOOP_REQUESTS = 48
-PROMPT = "Write one sentence about the sea."
+PROMPT = "The sea is"
 EOS = (0, 1, 2)
 
 
@@ -111,7 +112,8 @@ def _client_cost(url: str, rounds: int) -> dict[str, Any]:
         pairs = [(ours(), theirs()) for _ in range(rounds)]
         bare.close()
     ratios = [a[1] / b[1] for a, b in pairs]
-    ratio, low, high = median_ci95(ratios)
+    ratio = statistics.median(ratios)
+    low, high = median_ci95(ratios)
     return {
         "rounds": rounds,
         "dlscope": {

@@ -372,11 +372,13 @@ def test_zoo_build_of_a_model_it_does_not_have_names_those_it_has(tmp_path: Path
 
 
 def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
-    tmp_path: Path,
+    smollm2_home: Path, tmp_path: Path
 ) -> None:
+    # The home where the zoo built SmolLM2 once for the session (building on first use is
+    # test_a_zoo_model_is_built_on_first_use's); results are written to this test's folder.
     result_file = tmp_path / "experiment.json"
     result = dlscope(
-        tmp_path,
+        smollm2_home,
         "run",
         "smollm2",
         "--framework",
@@ -392,7 +394,6 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
     )
     assert result.returncode == 0, result.stderr + result.stdout
     shown = " ".join(result.stdout.split())
-    assert "smollm2 is not built here yet: building it first (no download)" in shown
     assert "parity: every pair within tolerance" in shown
     document = json.loads(result_file.read_text())
     comparison = document["experiment"]["comparison"]
@@ -414,7 +415,7 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
 
     alone_file = tmp_path / "alone.json"
     alone = dlscope(
-        tmp_path,
+        smollm2_home,
         *("run", "smollm2", "-n", "2", "--min-duration", "0", "--max-new-tokens", "4"),
         *("--dataset", "sentences", "--json", str(alone_file)),
     )
@@ -437,7 +438,7 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
     # from each request's scheduled time, grows past a bound no run here can meet.
     server_file = tmp_path / "server.json"
     server = dlscope(
-        tmp_path,
+        smollm2_home,
         *("run", "smollm2", "--scenario", "server", "--qps", "20", "-n", "6"),
         *("--min-duration", "0", "--max-new-tokens", "4", "--ttft-bound", "1"),
         *("--json", str(server_file)),
@@ -451,16 +452,18 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
     ttft = result["generation"]["ttft"]
     assert ttft["max_ns"] > 2 * ttft["min_ns"], "later arrivals waited in the queue"
 
-    _sweep_and_search(tmp_path)
+    _sweep_and_search(smollm2_home, tmp_path)
 
-    offline = dlscope(tmp_path, "run", "smollm2", "--scenario", "offline", "--max-new-tokens", "4")
+    offline = dlscope(
+        smollm2_home, "run", "smollm2", "--scenario", "offline", "--max-new-tokens", "4"
+    )
     assert offline.returncode == 1
     assert "generates text: it runs the single-stream and server scenarios" in offline.stderr
 
 
-def _sweep_and_search(home: Path) -> None:
+def _sweep_and_search(home: Path, out: Path) -> None:
     """Two loads side by side, then the goodput search against bounds two streams miss."""
-    sweep_file = home / "sweep.json"
+    sweep_file = out / "sweep.json"
     swept = dlscope(
         home,
         *("sweep", "smollm2", "--levels", "1,2", "-n", "4", "--min-duration", "0"),
@@ -476,7 +479,7 @@ def _sweep_and_search(home: Path) -> None:
     # One stream's p50 TTFT is its prefill; two streams share two cores, so each prefill
     # takes longer: a bound of 1.5 x one stream's median separates them on any machine.
     alone = loads["1"]["result"]["generation"]["ttft"]["median"]["value_ns"] / 1e6
-    search_file = home / "search.json"
+    search_file = out / "search.json"
     searched = dlscope(
         home,
         *("sweep", "smollm2", "--search", "--max-concurrency", "4", "-n", "12"),

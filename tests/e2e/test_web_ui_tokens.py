@@ -1,14 +1,14 @@
 """A language model's evaluation page in a real Chromium: the token latencies with their
 definitions, the TTFT/TPOT/ITL CDFs and the tokens-over-time chart, drawn under the gateway's
-Content-Security-Policy. The model is built here and registered in the embedded registry
-(``dlscope zoo build smollm2``; at 650 MB it is past what one upload to a gateway carries),
-then ``dlscope up`` serves the same home over HTTP."""
+Content-Security-Policy; and the same model served by llama.cpp's server, measured by an
+endpoint worker, whose page says its times are chunks' and how many requests failed. The
+model is built by the zoo into a home (``smollm2_home``; at 650 MB it is past what one upload
+to a gateway carries), then ``dlscope up`` serves that home over HTTP."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.llama_server import KEY, NOT_BUILT, SERVER_PYTHON, llama_server
 from harness.relay import free_port
 from harness.waiting import eventually
 from shared.config import REPOSITORY_ROOT
@@ -40,21 +41,39 @@ async def _completed(http: httpx.AsyncClient, evaluation_id: str) -> dict[str, A
     return evaluation
 
 
-async def test_a_generation_page_shows_its_token_latencies_and_charts(tmp_path: Path) -> None:
-    environment = _environment(tmp_path)
-    built = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "dlscope", "zoo", "build", "smollm2"],
-        env=environment,
-        cwd=REPOSITORY_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+async def _evaluated(http: httpx.AsyncClient, framework: str) -> str:
+    response = await http.post(
+        "/v1/evaluations",
+        json={
+            "model": "smollm2",
+            "framework": framework,
+            "scenario": {"iterations": 6, "min_duration_s": 0, "warmup": 2, "max_new_tokens": 8},
+        },
     )
-    assert built.returncode == 0, built.stderr
+    assert response.status_code == 202, response.text
+    evaluation_id: str = response.json()["id"]
+    evaluation = await _completed(http, evaluation_id)
+    assert evaluation["status"] == "completed", evaluation["error"]
+    assert evaluation["result"]["generation"]["requests"] == 6
+    return evaluation_id
+
+
+async def test_a_generation_page_shows_its_token_latencies_and_charts(
+    smollm2_home: Path, tmp_path: Path
+) -> None:
+    if not SERVER_PYTHON.exists():
+        pytest.skip(NOT_BUILT)
+    with llama_server(tmp_path / "server.log") as (url, _):
+        await _pages(smollm2_home, url)
+
+
+async def _pages(home: Path, served_at: str) -> None:
+    environment = _environment(home)
+    environment.update(DLSCOPE_ENDPOINT_URL=served_at, DLSCOPE_ENDPOINT_API_KEY=KEY)
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "dlscope", "up", "--port", str(port)),
+        *("--framework", "onnxruntime,endpoint"),
         env=environment,
         cwd=REPOSITORY_ROOT,
         stdout=asyncio.subprocess.DEVNULL,
@@ -72,29 +91,14 @@ async def test_a_generation_page_shows_its_token_latencies_and_charts(tmp_path: 
                 return True if any(a["status"] == "online" for a in agents) else None
 
             assert await eventually(listening, timeout=120)
-            response = await http.post(
-                "/v1/evaluations",
-                json={
-                    "model": "smollm2",
-                    "framework": "onnxruntime",
-                    "scenario": {
-                        "iterations": 6,
-                        "min_duration_s": 0,
-                        "warmup": 2,
-                        "max_new_tokens": 8,
-                    },
-                },
-            )
-            assert response.status_code == 202, response.text
-            evaluation_id = response.json()["id"]
-            evaluation = await _completed(http, evaluation_id)
-            assert evaluation["status"] == "completed", evaluation["error"]
-            assert evaluation["result"]["generation"]["requests"] == 6
+            in_process = await _evaluated(http, "onnxruntime")
+            served = await _evaluated(http, "endpoint")
 
             async with playwright_api.async_playwright() as playwright:
                 browser = await launch_chromium(playwright)
                 try:
-                    await _read_the_page(Browser(browser, base), evaluation_id)
+                    await _read_the_page(Browser(browser, base), in_process)
+                    await _read_the_served_page(Browser(browser, base), served)
                 finally:
                     await browser.close()
     finally:
@@ -126,3 +130,18 @@ async def _read_the_page(chromium: Browser, evaluation_id: str) -> None:
     assert chromium.errors == []
     assert chromium.violations == []
     assert chromium.dialogs == []
+
+
+async def _read_the_served_page(chromium: Browser, evaluation_id: str) -> None:
+    page = await chromium.page()
+    await page.goto(f"/evaluations/{evaluation_id}")
+    tokens = page.locator("section", has=page.locator("h2", has_text="Tokens"))
+    await tokens.wait_for()
+    text = " ".join((await tokens.inner_text()).split())
+    assert "Served: its times are the server's chunks" in text
+    assert "Failed requests, never latency samples: none." in text
+    assert "time to first token: the first chunk with content's arrival" in text
+    assert "inter-chunk latency" in text
+    await shot(page, "evaluation-tokens-served")
+    assert chromium.errors == []
+    assert chromium.violations == []

@@ -96,6 +96,10 @@ MAX_IN_FLIGHT = 256
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 # The first arrival comes this long after the schedule is fixed (threads to start).
 _LEAD_NS = 5_000_000
+# A request goes to its thread this long before its arrival, and the thread waits, its last
+# _SPIN_NS awake.
+_HANDOVER_NS = 2_000_000
+_SPIN_NS = 200_000
 _NOT_TRACED = (
     "a served model runs in its server: dlscope sends the trace context with every request, "
     "and the server's own spans join the trace where it exports them"
@@ -359,6 +363,16 @@ def _prompts(
     return dataset, asked, sent, api
 
 
+def _until(at_ns: int) -> None:
+    """Sleep until ``at_ns`` (``perf_counter_ns``), the last ``_SPIN_NS`` awake: the OS wakes
+    a sleeper some tens of microseconds late."""
+    clock = time.perf_counter_ns
+    if (left := at_ns - clock() - _SPIN_NS) > 0:
+        time.sleep(left / 1e9)
+    while clock() < at_ns:
+        pass
+
+
 def _failures(failed: list[Generated]) -> tuple[dict[str, int], list[str]]:
     """The failed requests per kind, and the first cause of each kind."""
     failures: dict[str, int] = {}
@@ -429,6 +443,7 @@ def run_open_loop(
     streak = [0]
 
     def request(i: int, scheduled: int) -> None:
+        _until(scheduled)
         generated = generate(i % prompts_count)
         with lock:
             if generated.failure is None:
@@ -444,8 +459,10 @@ def run_open_loop(
             now = clock()
             if at > deadline or streak[0] >= FAILURE_STREAK:
                 break
-            if at > now:
-                time.sleep((at - now) / 1e9)
+            # Handed to its thread ahead of its time, which waits for it there: the lag is
+            # then that thread's own wake-up, not the issuer's and a hand-over besides.
+            if at - _HANDOVER_NS > now:
+                time.sleep((at - _HANDOVER_NS - now) / 1e9)
             pool.submit(request, i, at)
             issued += 1
     window = end_window() if end_window is not None else None
