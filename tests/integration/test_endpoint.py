@@ -57,6 +57,19 @@ def test_a_streamed_completion_is_timed_chunk_by_chunk_and_pinned_to_its_length(
     assert times == sorted(times)
 
 
+def test_a_pinned_length_holds_where_the_model_would_end_at_once(server: str) -> None:
+    # After a full stop SmolLM2's likeliest next token ends the text; kept out, the answer
+    # runs to max_tokens, a token a chunk on llama.cpp.
+    with Endpoint(server, SERVED, api="completions", api_key=KEY) as endpoint:
+        streamed = endpoint.stream(
+            "Write one sentence about the sea.",
+            Sampling(max_tokens=8, ignore_eos=True, eos_token_ids=EOS),
+        )
+    assert streamed.ok, streamed.cause
+    assert streamed.finish_reason == "length"
+    assert len(streamed.chunk_ns) == 8
+
+
 def test_a_chat_answer_streams_content(server: str) -> None:
     with Endpoint(server, SERVED, api="chat", api_key=KEY) as endpoint:
         streamed = endpoint.stream(

@@ -59,7 +59,7 @@ class Sampling:
 
     max_tokens: int
     # Pinned length: the end-of-sequence tokens are kept out (``logit_bias``), and servers
-    # that know them get ``ignore_eos`` and ``min_tokens`` too (vLLM does).
+    # that know it get ``ignore_eos`` too (vLLM does).
     ignore_eos: bool = True
     temperature: float = 0.0
     top_k: int | None = None
@@ -269,7 +269,8 @@ class Endpoint:
             body["top_k"] = sampling.top_k
         if sampling.ignore_eos:
             body["ignore_eos"] = True
-            body["min_tokens"] = sampling.max_tokens
+            # Not min_tokens as well: llama-cpp-python 0.3.36 ends some answers at once when
+            # it is given (an empty text, "stop"); the bias below pins the length everywhere.
             if sampling.eos_token_ids:
                 body["logit_bias"] = {str(t): _EXCLUDED for t in sampling.eos_token_ids}
         if self.api == "chat":
