@@ -7,9 +7,6 @@ evaluation's trace context; a server that cannot be used fails the evaluation at
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,7 +16,7 @@ import httpx
 import pytest
 
 from harness.llama_server import KEY, NOT_BUILT, SERVER_PYTHON, free_port, llama_server
-from shared.config import REPOSITORY_ROOT
+from tests.e2e.test_cli import dlscope
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)]
 
@@ -87,19 +84,6 @@ def recorded(server: str) -> Iterator[tuple[str, list[dict[str, str]]]]:
     finally:
         proxy.shutdown()
         proxy.server_close()
-
-
-def dlscope(home: Path, *arguments: str, **variables: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
-    environment.update(DLSCOPE_HOME=str(home), COLUMNS="200", **variables)
-    return subprocess.run(
-        [sys.executable, "-m", "dlscope", *arguments],
-        env=environment,
-        cwd=REPOSITORY_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_a_served_model_is_measured_beside_the_same_model_in_process(

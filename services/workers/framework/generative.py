@@ -51,7 +51,7 @@ from shared.processing.text import load_tokenizer, synthetic_texts, vocabulary_s
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["measure_generation"]
+__all__ = ["generation_plan", "measure_generation"]
 
 
 def _texts(job: RunEvaluation, dataset: Dataset | None, tokenizer: Tokenizer) -> list[object]:
@@ -77,7 +77,9 @@ def _check_vocabulary(job: RunEvaluation, tokens: int) -> None:
         )
 
 
-def _plan(job: RunEvaluation) -> SingleStream | Server:
+def generation_plan(job: RunEvaluation) -> SingleStream | Server:
+    """The scenario a generative job runs, in-process or served: single-stream (with its
+    concurrency) or server, through dlscope's driver, with warm-up windows of generations."""
     plan = job.scenario.measurement()
     if not isinstance(plan, SingleStream | Server) or job.scenario.driver != "native":
         raise PredictorError(
@@ -170,7 +172,7 @@ def measure_generation(
     token's time, then the parity fingerprint and the traced passes."""
     mark = reset_peak_memory()
     on_step(Step("preparing the prompts"))
-    plan = _plan(job)
+    plan = generation_plan(job)
     if tokenizer_path is None:
         raise PredictorError(f"{job.manifest.ref} generates text and has no tokenizer")
     tokenizer = load_tokenizer(str(tokenizer_path))

@@ -40,7 +40,6 @@ import psutil
 from services.workers.framework.endpoint import API, Endpoint, Sampling
 from services.workers.framework.generation import (
     FINGERPRINT_TOKENS,
-    GENERATION_WARMUP,
     SYNTHETIC_PROMPT_WORDS,
     SYNTHETIC_PROMPTS,
     Generated,
@@ -48,6 +47,7 @@ from services.workers.framework.generation import (
     record,
     tokens_fingerprint,
 )
+from services.workers.framework.generative import generation_plan
 from services.workers.framework.streams import FAILURE_STREAK, run_streams
 from services.workers.handover import Run, Tracing
 from shared.config import Settings
@@ -184,19 +184,6 @@ def _api(job: RunEvaluation) -> API:
     )
 
 
-def _plan(job: RunEvaluation) -> SingleStream | Server:
-    plan = job.scenario.measurement()
-    if not isinstance(plan, SingleStream | Server) or job.scenario.driver != "native":
-        raise PredictorError(
-            f"a served model runs the single-stream (with --concurrency) and server scenarios "
-            f"of dlscope's driver (asked: {job.scenario.name}, driver {job.scenario.driver})"
-        )
-    window = min(plan.warmup.window_queries, GENERATION_WARMUP)
-    return plan.model_copy(
-        update={"warmup": plan.warmup.model_copy(update={"window_queries": window})}
-    )
-
-
 def measure_served(
     job: RunEvaluation,
     *,
@@ -216,7 +203,7 @@ def measure_served(
     if tokenizer_path is None:
         raise PredictorError(f"{job.manifest.ref} has no tokenizer to count tokens with")
     on_step(Step("preparing the prompts"))
-    plan = _plan(job)
+    plan = generation_plan(job)
     scenario = job.scenario
     tokenizer = load_tokenizer(str(tokenizer_path))
     dataset, asked, sent, api = _prompts(job, plan, tokenizer)
