@@ -42,7 +42,7 @@ from services.workers.standing import no_longer_stands
 from services.workers.tracing import record_trace
 from shared.artifacts import ArtifactCache
 from shared.errors import ArtifactError, BrokerUnavailable, DlscopeError, MessageTooLarge
-from shared.manifests import matches
+from shared.manifests import SERVED_BY, matches
 from shared.measurement.progress import Step
 from shared.messages import (
     PROGRESS_KEY,
@@ -314,7 +314,7 @@ class JobRunner:
         await tell(Step("fetching the model"))
         tokenizer = job.manifest.tokenizer
         # A served model's weights are its server's: an endpoint fetches its tokenizer only.
-        served = self._framework.framework == "endpoint"
+        served = self._framework.framework == SERVED_BY
         try:
             path = (
                 Path()

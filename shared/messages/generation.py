@@ -124,10 +124,6 @@ class ServedRun(BaseModel):
         "measurement's own (not another process's); None: the server is elsewhere or unseen",
     )
 
-    @property
-    def failed(self) -> int:
-        return sum(self.failures.values())
-
 
 class GenerationRecord(BaseModel):
     """Every timed request of a generative evaluation, with what it asked for."""

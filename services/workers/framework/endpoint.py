@@ -200,9 +200,8 @@ class Endpoint:
         except httpx.HTTPError as exc:
             return None, f"GET {root}/metrics failed: {exc!r}"
         if response.status_code != 200:
-            return None, f"the server has no Prometheus metrics (GET {root}/metrics: HTTP " + (
-                f"{response.status_code})"
-            )
+            status = response.status_code
+            return None, f"the server has no Prometheus metrics (GET {root}/metrics: HTTP {status})"
         return prometheus_values(response.text), None
 
     def stream(
@@ -336,9 +335,11 @@ def prometheus_values(text: str) -> dict[str, float]:
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
-        series, _, rest = line.rpartition("}") if "}" in line else line.partition(" ")
-        if "}" in line:
-            series += "}"
+        labels_end = line.rfind("}") + 1  # 0 when the series has no labels
+        if labels_end:
+            series, rest = line[:labels_end], line[labels_end:]
+        else:
+            series, _, rest = line.partition(" ")
         fields = rest.split()
         if not series or not fields:
             continue

@@ -43,6 +43,7 @@ __all__ = [
     "SYNTHETIC_PROMPT_WORDS",
     "Generated",
     "Generator",
+    "check_context",
     "generation_fingerprint",
     "perplexity",
     "prompts",
@@ -138,12 +139,7 @@ class Generator:
 
     def check_prompt(self, prompt: Sequence[int]) -> None:
         """Refuse a prompt that leaves no room for the output in the model's context."""
-        context = self.spec.context_length
-        if len(prompt) + self.max_new_tokens > context:
-            raise PredictorError(
-                f"prompt of {len(prompt)} tokens + max_new_tokens {self.max_new_tokens} "
-                f"exceeds {self.manifest.ref}'s context of {context} tokens"
-            )
+        check_context(self.manifest, len(prompt), self.max_new_tokens)
 
     def generate(self, prompt: np.ndarray) -> Generated:
         """Tokens generated from ``prompt`` (int64 [1, n]): at most ``max_new_tokens``, fewer
@@ -174,17 +170,32 @@ class Generator:
         return Generated(issued, int(prompt.shape[1]), tokens, token_ns, stopped_by)
 
 
+def check_context(manifest: ModelManifest, prompt_tokens: int, max_new_tokens: int) -> None:
+    """Refuse a prompt of ``prompt_tokens`` that leaves no room for ``max_new_tokens`` in the
+    model's context, wherever the model runs."""
+    assert manifest.generation is not None
+    context = manifest.generation.context_length
+    if prompt_tokens + max_new_tokens > context:
+        raise PredictorError(
+            f"prompt of {prompt_tokens} tokens + max_new_tokens {max_new_tokens} "
+            f"exceeds {manifest.ref}'s context of {context} tokens"
+        )
+
+
 def record(
     generations: Sequence[Generated],
     *,
     scheduled_ns: Sequence[int] | None,
-    begin_ns: int,
     duration_ns: int,
     max_new_tokens: int,
     ignore_eos: bool,
+    begin_ns: int | None = None,
 ) -> GenerationRecord:
     """The timed requests as the measured event carries them: times from ``begin_ns`` (the
-    timed phase's start); each scheduled when it was issued unless ``scheduled_ns`` says."""
+    timed phase's start; by default the first scheduled time); each scheduled when it was
+    issued unless ``scheduled_ns`` says."""
+    if begin_ns is None:
+        begin_ns = min(scheduled_ns) if scheduled_ns else min(g.issued_ns for g in generations)
     requests = []
     for i, g in enumerate(generations):
         scheduled = g.issued_ns if scheduled_ns is None else scheduled_ns[i]

@@ -51,10 +51,12 @@ from shared.processing.text import load_tokenizer, synthetic_texts, vocabulary_s
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["generation_plan", "measure_generation"]
+__all__ = ["generation_plan", "measure_generation", "prompt_origin", "prompt_texts"]
 
 
-def _texts(job: RunEvaluation, dataset: Dataset | None, tokenizer: Tokenizer) -> list[object]:
+def prompt_texts(job: RunEvaluation, dataset: Dataset | None, tokenizer: Tokenizer) -> list[object]:
+    """The texts a generative job's requests take in turn: the data set's, or seeded ones of
+    the model's vocabulary."""
     if dataset is not None:
         return list(dataset.samples)
     return list(
@@ -62,6 +64,13 @@ def _texts(job: RunEvaluation, dataset: Dataset | None, tokenizer: Tokenizer) ->
             tokenizer, SYNTHETIC_PROMPTS, SYNTHETIC_PROMPT_WORDS, seed=job.scenario.seed
         )
     )
+
+
+def prompt_origin(job: RunEvaluation, dataset: Dataset | None) -> tuple[str, str]:
+    """Where the parity fingerprint's first prompt came from: a description and its kind."""
+    if dataset is not None:
+        return f"{dataset.ref} sample {dataset.indices[0]}", "dataset"
+    return f"synthetic prompt, seed {job.scenario.seed}", "synthetic"
 
 
 def _check_vocabulary(job: RunEvaluation, tokens: int) -> None:
@@ -149,11 +158,9 @@ def _timed(
         scheduled = _scheduled(
             timed, native.phases[0].latencies_ns, server=isinstance(plan, Server)
         )
-    begin = min(scheduled) if scheduled else min(g.issued_ns for g in timed)
     return native, record(
         timed,
         scheduled_ns=scheduled,
-        begin_ns=begin,
         duration_ns=native.phases[0].duration_ns,
         max_new_tokens=scenario.max_new_tokens,
         ignore_eos=scenario.ignore_eos,
@@ -178,7 +185,7 @@ def measure_generation(
     tokenizer = load_tokenizer(str(tokenizer_path))
     _check_vocabulary(job, vocabulary_size(tokenizer))
     dataset = None if job.dataset is None else load_dataset(job.dataset, job.split)
-    texts = _texts(job, dataset, tokenizer)
+    texts = prompt_texts(job, dataset, tokenizer)
     check_sample_count(plan, len(texts))
     asked = prompts(job.manifest, texts, tokenizer)
     predictor = factory.create()
@@ -216,14 +223,7 @@ def measure_generation(
                 split=dataset.split,
             )
         on_step(Step("recording the greedy tokens (parity)"))
-        described = (
-            f"{dataset.ref} sample {dataset.indices[0]}"
-            if dataset is not None
-            else f"synthetic prompt, seed {job.scenario.seed}"
-        )
-        fingerprint = generation_fingerprint(
-            generator, asked[0], described, "dataset" if dataset is not None else "synthetic"
-        )
+        fingerprint = generation_fingerprint(generator, asked[0], *prompt_origin(job, dataset))
         prefill = {**generator.empty_cache(), generator.spec.input_ids: asked[0]}
         tracing = trace(
             predictor,

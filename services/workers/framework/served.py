@@ -40,15 +40,19 @@ import psutil
 from services.workers.framework.endpoint import API, Endpoint, Sampling
 from services.workers.framework.generation import (
     FINGERPRINT_TOKENS,
-    SYNTHETIC_PROMPT_WORDS,
-    SYNTHETIC_PROMPTS,
     Generated,
+    check_context,
     prompts,
     record,
     tokens_fingerprint,
 )
-from services.workers.framework.generative import generation_plan
-from services.workers.framework.streams import FAILURE_STREAK, run_streams
+from services.workers.framework.generative import generation_plan, prompt_origin, prompt_texts
+from services.workers.framework.streams import (
+    FAILURE_STREAK,
+    every_request_failed,
+    run_streams,
+    untimed_ns,
+)
 from services.workers.handover import Run, Tracing
 from shared.config import Settings
 from shared.datasets import Dataset, load_dataset
@@ -73,7 +77,7 @@ from shared.messages import (
     TimedPhase,
 )
 from shared.messages.tracing import includes, profiled_levels
-from shared.processing.text import load_tokenizer, synthetic_texts
+from shared.processing.text import load_tokenizer
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -228,15 +232,17 @@ def measure_served(
         def generate(i: int, how: Sampling = sampling) -> Generated:
             streamed = endpoint.stream(sent[i], how, headers=headers)
             tokens = tokenizer.encode(streamed.text, add_special_tokens=False).ids
+            failure, cause = streamed.failure, streamed.cause
+            if failure is None and not streamed.chunk_ns:  # no time to first token: no sample
+                failure, cause = "malformed", "an answer without content"
             return Generated(
                 streamed.issued_ns,
                 int(asked[i].shape[1]),
                 tokens,
                 streamed.chunk_ns,
                 "eos" if streamed.finish_reason == "stop" else "max_new_tokens",
-                failure=streamed.failure or (None if streamed.chunk_ns else "malformed"),
-                cause=streamed.cause
-                or (None if streamed.chunk_ns else "an answer without content"),
+                failure=failure,
+                cause=cause,
                 reported_tokens=streamed.completion_tokens,
                 reported_input_tokens=streamed.prompt_tokens,
                 chunks=True,
@@ -274,11 +280,9 @@ def measure_served(
             lags, scheduled = [], None
         noise = NoiseProbe(before_ns=before_ns, after_ns=probe_ns())
         after, _ = endpoint.metrics()
-    begin = min(scheduled) if scheduled else min(g.issued_ns for g in timed)
     generation = record(
         timed,
         scheduled_ns=scheduled,
-        begin_ns=begin,
         duration_ns=native.phases[0].duration_ns,
         max_new_tokens=scenario.max_new_tokens,
         ignore_eos=scenario.ignore_eos,
@@ -296,19 +300,12 @@ def measure_served(
         metrics_note=note,
         server_process=None if server is None else f"pid {server.pid} ({_name(server)})",
     )
-    described = (
-        f"{dataset.ref} sample {dataset.indices[0]}"
-        if dataset is not None
-        else f"synthetic prompt, seed {scenario.seed}"
-    )
     return Run(
         load_ns,
         native,
         None,
         None,
-        tokens_fingerprint(
-            asked[0], greedy.tokens, described, "dataset" if dataset is not None else "synthetic"
-        ),
+        tokens_fingerprint(asked[0], greedy.tokens, *prompt_origin(job, dataset)),
         None,
         _tracing(job),
         JobReadings(noise=noise, peak_memory=peak_memory(mark)),
@@ -322,26 +319,12 @@ def _prompts(
     """The data set (if any), each prompt's token ids as the model's steps make them, what is
     sent for each, and the API it is sent through."""
     scenario = job.scenario
-    spec = job.manifest.generation
-    assert spec is not None
     dataset = None if job.dataset is None else load_dataset(job.dataset, job.split)
-    texts: list[object] = (
-        list(dataset.samples)
-        if dataset is not None
-        else list(
-            synthetic_texts(
-                tokenizer, SYNTHETIC_PROMPTS, SYNTHETIC_PROMPT_WORDS, seed=scenario.seed
-            )
-        )
-    )
+    texts = prompt_texts(job, dataset, tokenizer)
     check_sample_count(plan, len(texts))
     asked = prompts(job.manifest, texts, tokenizer)
     for ids in asked:
-        if ids.shape[1] + scenario.max_new_tokens > spec.context_length:
-            raise PredictorError(
-                f"prompt of {ids.shape[1]} tokens + max_new_tokens {scenario.max_new_tokens} "
-                f"exceeds {job.manifest.ref}'s context of {spec.context_length} tokens"
-            )
+        check_context(job.manifest, ids.shape[1], scenario.max_new_tokens)
     api = _api(job)
     sent = [
         str(text) if api == "chat" else tokenizer.decode(ids[0].tolist(), skip_special_tokens=False)
@@ -403,12 +386,7 @@ def run_open_loop(
     floor_ns = null_query_floor_ns()
 
     def one(i: int) -> int:
-        generated = generate(i % prompts_count)
-        if generated.failure is not None:
-            raise PredictorError(
-                f"a request before the timed phase failed ({generated.failure}): {generated.cause}"
-            )
-        return generated.token_ns[-1] - generated.issued_ns
+        return untimed_ns(generate(i % prompts_count))
 
     on_step(warming_up(plan))
     first_ns = one(0)
@@ -454,10 +432,7 @@ def run_open_loop(
             issued += 1
     window = end_window() if end_window is not None else None
     if not done:
-        raise PredictorError(
-            f"every timed request failed ({len(failed)}); the first: "
-            f"{failed[0].failure}: {failed[0].cause}"
-        )
+        raise every_request_failed(failed)
     done.sort(key=lambda d: d[0].token_ns[-1])
     timed = [g for g, _ in done]
     lags = [lag for _, lag in done]

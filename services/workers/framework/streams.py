@@ -32,7 +32,7 @@ from shared.measurement.readings import MachineWatch
 from shared.measurement.warmup import warm_up
 from shared.messages import HarnessOverhead, ScenarioResult, SingleStream, TimedPhase
 
-__all__ = ["FAILURE_STREAK", "run_streams"]
+__all__ = ["FAILURE_STREAK", "every_request_failed", "run_streams", "untimed_ns"]
 
 # This many timed requests failing one after another end the phase.
 FAILURE_STREAK = 8
@@ -61,12 +61,7 @@ def run_streams(
             return next(taken) % prompts
 
     def one() -> int:
-        generated = generate(next_prompt())
-        if generated.failure is not None:
-            raise PredictorError(
-                f"a request before the timed phase failed ({generated.failure}): {generated.cause}"
-            )
-        return generated.token_ns[-1] - generated.issued_ns
+        return untimed_ns(generate(next_prompt()))
 
     on_step(warming_up(plan, f" ({streams} streams)"))
     first_ns = one()
@@ -102,10 +97,7 @@ def run_streams(
         thread.join()
     window = end_window() if end_window is not None else None
     if not done:
-        raise PredictorError(
-            f"every timed request failed ({len(failed)}); the first: "
-            f"{failed[0].failure}: {failed[0].cause}"
-        )
+        raise every_request_failed(failed)
     done.sort(key=lambda g: g.token_ns[-1])
     duration = done[-1].token_ns[-1] - begin
     capped = duration >= max_ns and len(done) < plan.min_query_count
@@ -126,3 +118,21 @@ def run_streams(
     )
     result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))
     return result, done, failed
+
+
+def untimed_ns(generated: Generated) -> int:
+    """A request before the timed phase (the cold one, the warm-up): its end-to-end time, or
+    the run's failure when it failed, since the server cannot serve what the scenario asks."""
+    if generated.failure is not None:
+        raise PredictorError(
+            f"a request before the timed phase failed ({generated.failure}): {generated.cause}"
+        )
+    return generated.token_ns[-1] - generated.issued_ns
+
+
+def every_request_failed(failed: list[Generated]) -> PredictorError:
+    """The run's failure when no timed request succeeded, naming the first cause."""
+    return PredictorError(
+        f"every timed request failed ({len(failed)}); the first: "
+        f"{failed[0].failure}: {failed[0].cause}"
+    )
