@@ -50,15 +50,33 @@ def summary_table(evaluation: dict[str, Any]) -> Table:
         table.add_row("warm-up ended by", str(warmup["decided_by"]))
     for label, value in _quality_rows(result):
         table.add_row(label, value)
-    for phase in result.get("loadgen") or []:
-        table.add_row(f"LoadGen result (batch {phase['samples_per_query']})", phase["result"])
-        table.add_row("LoadGen logs", phase["output_dir"])
+    for label, value in _loadgen_rows(result):
+        table.add_row(label, value)
     verdict = result.get("verdict")
     if verdict:
         table.add_row("verdict", verdict["status"])
         for reason in verdict["reasons"]:
             table.add_row(f"  {reason['severity']}: {reason['code']}", reason["message"])
     return table
+
+
+def _loadgen_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """LoadGen's result per phase and, where it timed tokens, its own TTFT and TPOT at the
+    percentile it judges, its tokens per second, and why it found the run INVALID, in its
+    words; then where its logs are."""
+    rows = []
+    for phase in result.get("loadgen") or []:
+        summary = phase["summary"]
+        rows.append((f"LoadGen result (batch {phase['samples_per_query']})", phase["result"]))
+        label = f"p{summary.get('percentile', 0) * 100:g}"
+        for key, name in (("ttft_percentile_ns", "TTFT"), ("tpot_percentile_ns", "TPOT")):
+            if summary.get(key) is not None:
+                rows.append((f"LoadGen {label} {name} (ms)", f"{summary[key] / 1e6:.3f}"))
+        if summary.get("completed_tokens_per_second") is not None:
+            rows.append(("LoadGen tokens/s", f"{summary['completed_tokens_per_second']:.2f}"))
+        rows += [("LoadGen says", line) for line in summary.get("recommendations") or []]
+        rows.append(("LoadGen logs", phase["output_dir"]))
+    return rows
 
 
 def _quality_rows(result: dict[str, Any]) -> list[tuple[str, str]]:

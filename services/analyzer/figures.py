@@ -67,10 +67,10 @@ _MS = 1e-6
 def figures(
     measured: EvaluationMeasured, profiled: EvaluationProfiled | None = None
 ) -> EvaluationFigures:
-    """Every figure of one measured evaluation (with LoadGen's driver: only its warm-up and
-    layers; LoadGen keeps its per-query latencies in its own logs). The layers come from the
-    shallowest profiled pass where the evaluation was traced at framework level or deeper,
-    else from the device timings the measurement carries (OpenCL)."""
+    """Every figure of one measured evaluation (with LoadGen's driver: only its warm-up,
+    layers and a generation's tokens; LoadGen keeps its per-query latencies in its own
+    logs). The layers come from the shallowest profiled pass where the evaluation was traced
+    at framework level or deeper, else from the device timings the measurement carries (OpenCL)."""
     layers, source = _layers(measured, profiled)
     if measured.run is None:
         assert measured.loadgen is not None, "a measurement carries a run or a loadgen result"
@@ -82,6 +82,7 @@ def figures(
             warmup=_warmup(measured.loadgen.phases[0].warmup),
             layers=layers,
             layers_source=source,
+            tokens=None if measured.generation is None else tokens(measured.generation),
         )
     run = measured.run
     return EvaluationFigures(

@@ -45,15 +45,8 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
         environment=measured.conditions,
         noise=None if readings is None else readings.noise,
     )
-    generation = None
-    if measured.generation is not None:
-        generation = summarize_generation(
-            measured.generation,
-            headline_percentile=scenario.slo_percentile,
-            seed=scenario.seed,
-            ttft_bound_ms=scenario.ttft_bound_ms,
-            tpot_bound_ms=scenario.tpot_bound_ms,
-        )
+    generation = _generation(measured)
+    if generation is not None:
         verdict = _with_token_bounds(verdict, generation, scenario)
     phase, headline = run.phases[0], statistics[0]
     return LatencySummary(
@@ -83,6 +76,20 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
         machine=machine_report(
             [p.window for p in run.phases], headline.count, phase.samples_per_query, readings
         ),
+    )
+
+
+def _generation(measured: EvaluationMeasured) -> GenerationSummary | None:
+    """A generative run's token statistics from its record, whichever driver ran it."""
+    if measured.generation is None:
+        return None
+    scenario = measured.scenario
+    return summarize_generation(
+        measured.generation,
+        headline_percentile=scenario.slo_percentile,
+        seed=scenario.seed,
+        ttft_bound_ms=scenario.ttft_bound_ms,
+        tpot_bound_ms=scenario.tpot_bound_ms,
     )
 
 
@@ -132,9 +139,14 @@ def _loadgen_summary(
         return float(summary.get(key, 0.0)) * _MS
 
     count = int(summary.get("result_count", summary.get("min_query_count", 0)) or 0)
-    # Offline reports samples/s; the latency-bound scenarios report queries/s.
-    per_s = summary.get("samples_per_second") or summary.get("qps_w_loadgen_overhead") or 0.0
-    throughput = float(per_s) * (1 if "samples_per_second" in summary else phase.samples_per_query)
+    if measured.generation is not None:
+        # LoadGen's server summary states the queries asked for, not those it completed (a
+        # run cut at max_duration has fewer): a generation's record has every one.
+        count = len(measured.generation.requests)
+    # Offline and server report samples/s; single- and multi-stream report queries/s.
+    samples = summary.get("samples_per_second") or summary.get("completed_samples_per_second")
+    per_query = summary.get("qps_w_loadgen_overhead") or 0.0
+    throughput = float(samples) if samples else float(per_query) * phase.samples_per_query
     return LatencySummary(
         count=count,
         batch_size=phase.samples_per_query,
@@ -151,6 +163,10 @@ def _loadgen_summary(
         warmup_count=len(phase.warmup.latencies_ns),
         accuracy=measured.accuracy,
         fingerprint=measured.fingerprint,
+        # dlscope's statistics of the tokens LoadGen timed too: LoadGen's summary keeps
+        # percentiles only, the record every token's time, for the intervals and the charts.
+        generation=_generation(measured),
+        perplexity=measured.perplexity,
         scenario=scenario,
         headline=str(summary.get("scenario", scenario.name)),
         loadgen=[

@@ -2,7 +2,7 @@
 
     trace pass: model          dlscope.trace_level=model, the pass's overhead
       query 0                  on the wall clock, as the framework process measured it
-        input / predict / post-process
+        input / predict / post-process      (a generation: prefill, then one decode per token)
     trace pass: framework      dlscope.trace_level=framework, the profiler, the overhead
       query 0
         Conv conv1             one span per layer the profiler reported, where it ran

@@ -452,13 +452,40 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
     ttft = result["generation"]["ttft"]
     assert ttft["max_ns"] > 2 * ttft["min_ns"], "later arrivals waited in the queue"
 
-    _sweep_and_search(smollm2_home, tmp_path)
+
+def test_a_language_model_server_run_through_loadgen_is_judged_by_loadgen(
+    smollm2_home: Path, tmp_path: Path
+) -> None:
+    # Poisson arrivals through MLCommons LoadGen with its token latencies: LoadGen times the first
+    # token and the end of each request and judges the TTFT bound itself.
+    loadgen_file = tmp_path / "loadgen.json"
+    by_loadgen = dlscope(
+        smollm2_home,
+        *("run", "smollm2", "--scenario", "server", "--driver", "loadgen", "--qps", "20"),
+        *("-n", "6", "--min-duration", "0", "--max-new-tokens", "4", "--ttft-bound", "1"),
+        *("--slo-percentile", "0.5", "--json", str(loadgen_file)),
+    )
+    assert by_loadgen.returncode == 0, by_loadgen.stderr
+    result = json.loads(loadgen_file.read_text())["evaluation"]["result"]
+    (phase,) = result["loadgen"]
+    assert phase["result"] == "INVALID"
+    assert phase["summary"]["ttft_percentile_ns"] > 1e6
+    assert any("TTFT" in line for line in phase["summary"]["recommendations"])
+    assert result["generation"]["requests"] == phase["summary"]["min_query_count"]
+    shown = " ".join(by_loadgen.stdout.split())
+    assert "LoadGen p50 TTFT (ms)" in shown
+    assert "LoadGen says" in shown
+    assert "TTFT constrain not met" in shown
 
     offline = dlscope(
         smollm2_home, "run", "smollm2", "--scenario", "offline", "--max-new-tokens", "4"
     )
     assert offline.returncode == 1
     assert "generates text: it runs the single-stream and server scenarios" in offline.stderr
+
+
+def test_a_language_model_sweep_and_goodput_search(smollm2_home: Path, tmp_path: Path) -> None:
+    _sweep_and_search(smollm2_home, tmp_path)
 
 
 def _sweep_and_search(home: Path, out: Path) -> None:

@@ -41,13 +41,19 @@ async def _completed(http: httpx.AsyncClient, evaluation_id: str) -> dict[str, A
     return evaluation
 
 
-async def _evaluated(http: httpx.AsyncClient, framework: str) -> str:
+async def _evaluated(http: httpx.AsyncClient, framework: str, **scenario: Any) -> str:
     response = await http.post(
         "/v1/evaluations",
         json={
             "model": "smollm2",
             "framework": framework,
-            "scenario": {"iterations": 6, "min_duration_s": 0, "warmup": 2, "max_new_tokens": 8},
+            "scenario": {
+                "iterations": 6,
+                "min_duration_s": 0,
+                "warmup": 2,
+                "max_new_tokens": 8,
+                **scenario,
+            },
         },
     )
     assert response.status_code == 202, response.text
@@ -93,12 +99,24 @@ async def _pages(home: Path, served_at: str) -> None:
             assert await eventually(listening, timeout=120)
             in_process = await _evaluated(http, "onnxruntime")
             served = await _evaluated(http, "endpoint")
+            # LoadGen's server scenario with token latencies, against a TTFT bound of 1 ms
+            # that no prefill meets: LoadGen's own INVALID, in its words, on the page.
+            by_loadgen = await _evaluated(
+                http,
+                "onnxruntime",
+                name="server",
+                driver="loadgen",
+                target_qps=20.0,
+                ttft_bound_ms=1.0,
+                slo_percentile=0.5,
+            )
 
             async with playwright_api.async_playwright() as playwright:
                 browser = await launch_chromium(playwright)
                 try:
                     await _read_the_page(Browser(browser, base), in_process)
                     await _read_the_served_page(Browser(browser, base), served)
+                    await _read_the_loadgen_page(Browser(browser, base), by_loadgen)
                 finally:
                     await browser.close()
     finally:
@@ -143,5 +161,23 @@ async def _read_the_served_page(chromium: Browser, evaluation_id: str) -> None:
     assert "time to first token: the first chunk with content's arrival" in text
     assert "inter-chunk latency" in text
     await shot(page, "evaluation-tokens-served")
+    assert chromium.errors == []
+    assert chromium.violations == []
+
+
+async def _read_the_loadgen_page(chromium: Browser, evaluation_id: str) -> None:
+    page = await chromium.page()
+    await page.goto(f"/evaluations/{evaluation_id}")
+    verdict = page.locator("section", has=page.locator("h2", has_text="Verdict"))
+    await verdict.wait_for()
+    text = " ".join((await verdict.inner_text()).split())
+    assert "LoadGen's own result is INVALID, with p50 TTFT" in text
+    assert "TTFT constrain not met" in text
+    # dlscope's record of the same requests' tokens draws the token charts.
+    tokens = page.locator("section", has=page.locator("h2", has_text="Tokens"))
+    assert "6 timed requests" in " ".join((await tokens.inner_text()).split())
+    assert await tokens.locator("div.vega").count() == 2
+    await charts_drawn(page)
+    await shot(page, "evaluation-tokens-loadgen")
     assert chromium.errors == []
     assert chromium.violations == []

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
+from shared.errors import ConfigurationError
 from shared.measurement import MultiStream, Offline, Server, SingleStream, WarmupSettings
-from shared.measurement.loadgen import DETAIL_FILE, SUMMARY_FILE, parse_summary, run_loadgen
+from shared.measurement.loadgen import (
+    DETAIL_FILE,
+    SUMMARY_FILE,
+    TokenBounds,
+    parse_summary,
+    run_loadgen,
+    run_loadgen_generation,
+)
 
 QUICK_WARMUP = WarmupSettings(window_queries=8, max_windows=3)
 
@@ -101,6 +109,138 @@ def test_a_failing_model_fails_the_run_instead_of_hanging_it(tmp_path: Path) -> 
             broken,
             output_dir=tmp_path,
         )
+
+
+class Generation:
+    """A generation of ``tokens`` tokens: ``first_s`` to the first (the prefill), then
+    ``each_s`` per token; sleeping, as a framework call releases the GIL."""
+
+    def __init__(self, first_s: float, each_s: float, tokens: int) -> None:
+        self.first_s, self.each_s, self.tokens = first_s, each_s, tokens
+        self.issued: list[int] = []
+
+    def __call__(self, index: int, issued_ns: int, first_token: Callable[[], None]) -> int:
+        self.issued.append(issued_ns)
+        time.sleep(self.first_s)
+        first_token()
+        for _ in range(self.tokens - 1):
+            time.sleep(self.each_s)
+        return self.tokens
+
+
+def test_a_generation_server_run_is_judged_by_ttft_and_tpot(tmp_path: Path) -> None:
+    # ~10 ms to the first token, then 2 ms a token: at 20 requests/s the median TTFT is the
+    # prefill's. Bounds far above both meet; a TPOT bound under 2 ms a token cannot be met.
+    scenario = Server(target_qps=20, min_query_count=80, min_duration_s=0.5, warmup=QUICK_WARMUP)
+    model = Generation(0.010, 0.002, 8)
+    met = run_loadgen_generation(
+        scenario,
+        model,
+        output_dir=tmp_path / "met",
+        bounds=TokenBounds(ttft_ms=500, tpot_ms=50, percentile=0.9),
+        sample_count=4,
+    )
+    summary = met.phases[0].summary
+    assert summary["result"] == "VALID", summary.get("recommendations")
+    assert summary["percentile"] == 0.9
+    assert 10e6 <= summary["ttft_percentile_ns"] < 500e6
+    assert 2e6 <= summary["tpot_percentile_ns"] < 50e6
+    # LoadGen counted the tokens it was told of: 8 per request.
+    ratio = summary["completed_tokens_per_second"] / summary["completed_samples_per_second"]
+    assert ratio == pytest.approx(8, rel=0.05)
+    assert met.phases[0].framework_calls is not None
+    assert met.phases[0].framework_calls >= scenario.min_query_count
+
+    missed = run_loadgen_generation(
+        scenario,
+        model,
+        output_dir=tmp_path / "missed",
+        bounds=TokenBounds(ttft_ms=500, tpot_ms=1, percentile=0.9),
+        sample_count=4,
+    )
+    summary = missed.phases[0].summary
+    assert summary["result"] == "INVALID"
+    assert any("TPOT" in line for line in summary["recommendations"])
+
+
+def test_a_generation_single_stream_run_reports_loadgen_token_percentiles(tmp_path: Path) -> None:
+    model = Generation(0.004, 0.001, 4)
+    result = run_loadgen_generation(
+        SingleStream(min_query_count=80, min_duration_s=0.2, warmup=QUICK_WARMUP),
+        model,
+        output_dir=tmp_path,
+        bounds=TokenBounds(ttft_ms=None, tpot_ms=None, percentile=0.9),
+        sample_count=4,
+    )
+    summary = result.phases[0].summary
+    assert summary["scenario"] == "SingleStream"
+    assert summary["percentile"] == 0.9
+    assert 4e6 <= summary["ttft_percentile_ns"] < summary["percentile_latency_ns"]
+    # A stream issues each request as the last completes: the issue times never overlap a
+    # generation of ~7 ms.
+    gaps = [b - a for a, b in zip(model.issued, model.issued[1:], strict=False)]
+    assert min(gaps) >= 6_000_000
+
+
+def test_a_generation_server_run_without_token_bounds_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="ttft_bound_ms or tpot_bound_ms"):
+        run_loadgen_generation(
+            Server(target_qps=10, warmup=QUICK_WARMUP),
+            Generation(0.001, 0.001, 2),
+            output_dir=tmp_path,
+            bounds=TokenBounds(ttft_ms=None, tpot_ms=None, percentile=0.99),
+        )
+
+
+def test_a_failing_generation_fails_the_run_instead_of_hanging_it(tmp_path: Path) -> None:
+    calls = []
+
+    def broken(index: int, issued_ns: int, first_token: Callable[[], None]) -> int:
+        # The cold query before LoadGen starts succeeds; LoadGen's own queries fail.
+        calls.append(index)
+        if len(calls) > 1:
+            first_token()
+            raise RuntimeError("the decoder fell over")
+        return 1
+
+    with pytest.raises(RuntimeError, match="decoder fell over"):
+        run_loadgen_generation(
+            Server(
+                target_qps=50,
+                min_query_count=10,
+                min_duration_s=0,
+                warmup=WarmupSettings(max_windows=0),
+            ),
+            broken,
+            output_dir=tmp_path,
+            bounds=TokenBounds(ttft_ms=100, tpot_ms=None, percentile=0.9),
+        )
+    assert len(calls) >= 2, "LoadGen's own query failed, not the cold one"
+
+
+def test_a_token_summary_gives_ttft_tpot_and_loadgens_reasons() -> None:
+    summary = parse_summary(
+        "Scenario : Server\n"
+        "Completed samples per second    : 20.98\n"
+        "Completed tokens per second: 171.77\n"
+        "Result is : INVALID\n"
+        "  Performance constraints satisfied : NO\n"
+        "Recommendations:\n"
+        " * TTFT constrain not met: Reduce target QPS to improve latency.\n"
+        "TTFT Early Stopping Result:\n"
+        "\n"
+        "90.00 percentile latency (ns)   : 62376426\n"
+        "90.00 percentile first token latency (ns)   : 46938285\n"
+        "90.00 percentile time to output token (ns)   : 2185479\n",
+        percentile=0.9,
+    )
+    assert summary["result"] == "INVALID"
+    assert summary["ttft_percentile_ns"] == 46938285
+    assert summary["tpot_percentile_ns"] == 2185479
+    assert summary["completed_tokens_per_second"] == 171.77
+    assert summary["recommendations"] == [
+        "TTFT constrain not met: Reduce target QPS to improve latency."
+    ]
 
 
 def test_the_summary_parses_into_a_dict_with_the_verdict() -> None:

@@ -21,7 +21,8 @@ from services.workers.framework.generation import (
     prompts,
     record,
 )
-from services.workers.framework.generative import _check_vocabulary
+from services.workers.framework.generative import _check_vocabulary, _generation_pass
+from services.workers.framework.profiling import trace
 from services.workers.framework.streams import run_streams
 from shared.errors import PredictorError, ProcessingError
 from shared.manifests import ChatTemplateStep, ModelManifest
@@ -105,6 +106,46 @@ def test_a_generation_is_a_prefill_then_one_decode_step_per_token() -> None:
     assert len(generated.token_ns) == 4
     assert generated.token_ns == sorted(generated.token_ns)
     assert generated.issued_ns <= generated.token_ns[0]
+
+
+def test_the_first_token_is_announced_once_as_it_is_out() -> None:
+    model = CountingModel()
+    announced: list[int] = []
+    generator = Generator(MANIFEST, model, max_new_tokens=4, ignore_eos=True)
+    prompt = np.asarray([[3]], dtype=np.int64)
+    generator.generate(prompt, lambda: announced.append(len(model.calls)))
+    assert announced == [1], "after the prefill, before the first decode step"
+
+
+def test_a_traced_generation_shows_its_prefill_and_each_decode_step() -> None:
+    model = CountingModel()
+    generator = Generator(MANIFEST, model, max_new_tokens=4, ignore_eos=True)
+    prompt = np.asarray([[3, 4]], dtype=np.int64)
+    prefill = {**generator.empty_cache(), "ids": prompt}
+    before = time.time_ns()
+    tracing = trace(
+        SimpleNamespace(predict=model, framework="fake"),  # type: ignore[arg-type]
+        "model",
+        queries=2,
+        inputs=prefill,
+        make_inputs=lambda: dict(prefill),
+        postprocess=list,
+        on_step=lambda _: None,
+        model_pass=lambda queries: _generation_pass(generator, prompt, queries),
+    )
+    (model_pass,) = tracing.passes
+    assert len(model_pass.queries) == 2
+    for query in model_pass.queries:
+        assert [step.name for step in query.steps] == ["prefill", "decode", "decode", "decode"]
+        # On the wall clock, back to back: each step begins where the last one ended.
+        assert before <= query.start_ns == query.steps[0].start_ns
+        for earlier, later in zip(query.steps, query.steps[1:], strict=False):
+            assert earlier.end_ns == later.start_ns
+        assert query.end_ns == query.steps[-1].end_ns <= time.time_ns()
+    (outcome,) = [o for o in tracing.outcomes if o.level == "model"]
+    assert outcome.captured
+    assert outcome.traced_p50_ns is not None
+    assert outcome.traced_p50_ns > 0
 
 
 def test_pinned_output_ignores_the_end_of_sequence_and_natural_output_stops_there() -> None:

@@ -13,7 +13,12 @@ from shared.measurement import BatchSweep, ScenarioResult, SingleStream, TimedPh
 from shared.measurement.loadgen import LoadgenPhase, LoadgenResult
 from shared.measurement.overhead import HarnessOverhead
 from shared.measurement.warmup import WarmupReport
-from shared.messages import EvaluationMeasured, Scenario
+from shared.messages import (
+    EvaluationMeasured,
+    GeneratedRequest,
+    GenerationRecord,
+    Scenario,
+)
 
 WARMUP = WarmupReport(
     latencies_ns=(2_000_000,) * 3,
@@ -140,6 +145,60 @@ def test_loadgen_figures_are_loadgens_own() -> None:
     assert summary.loadgen is not None
     assert summary.loadgen[0]["result"] == "VALID"
     assert summary.loadgen[0]["output_dir"] == "/results/x"
+
+
+def test_a_generation_under_loadgen_keeps_loadgens_verdict_and_dlscopes_token_statistics() -> None:
+    scenario = Scenario(
+        name="server", driver="loadgen", target_qps=2.0, ttft_bound_ms=50, slo_percentile=0.9
+    )
+    # Two requests of 3 tokens: the first issued at once, the second after 100 ms of queue.
+    requests = [
+        GeneratedRequest(
+            scheduled_ns=scheduled,
+            issued_ns=issued,
+            token_ns=[issued + 20_000_000 + k * 10_000_000 for k in range(3)],
+            input_tokens=5,
+            stopped_by="max_new_tokens",
+        )
+        for scheduled, issued in ((0, 0), (0, 100_000_000))
+    ]
+    measured_ = EvaluationMeasured(
+        evaluation_id=uuid.uuid4(),
+        agent_id="a",
+        scenario=scenario,
+        load_ns=1,
+        loadgen=LoadgenResult(
+            scenario=scenario.measurement(),
+            sample_count=2,
+            phases=(
+                LoadgenPhase(
+                    samples_per_query=1,
+                    output_dir="/results/x",
+                    first_query_ns=3,
+                    warmup=WARMUP,
+                    summary={
+                        "scenario": "Server",
+                        "result": "INVALID",
+                        "completed_samples_per_second": 1.5,
+                        "ttft_percentile_ns": 120e6,
+                    },
+                ),
+            ),
+        ),
+        generation=GenerationRecord(
+            max_new_tokens=3, ignore_eos=True, duration_ns=140_000_000, requests=requests
+        ),
+    )
+    summary = summarize(measured_)
+    assert summary.throughput_per_s == 1.5, "the server's samples per second"
+    assert summary.verdict is None, "LoadGen's result is the verdict; dlscope adds none"
+    assert summary.loadgen is not None
+    assert summary.loadgen[0]["result"] == "INVALID"
+    assert summary.generation is not None
+    # TTFT from the scheduled time: 20 ms, and 120 ms for the request that waited.
+    assert summary.generation.ttft.max_ns == 120_000_000
+    assert summary.generation.ttft.min_ns == 20_000_000
+    assert summary.generation.goodput_per_s == pytest.approx(1 / 0.14)
 
 
 def test_a_measurement_carries_exactly_one_run() -> None:

@@ -141,9 +141,12 @@ class Generator:
         """Refuse a prompt that leaves no room for the output in the model's context."""
         check_context(self.manifest, len(prompt), self.max_new_tokens)
 
-    def generate(self, prompt: np.ndarray) -> Generated:
+    def generate(
+        self, prompt: np.ndarray, first_token: Callable[[], None] | None = None
+    ) -> Generated:
         """Tokens generated from ``prompt`` (int64 [1, n]): at most ``max_new_tokens``, fewer
-        when an end-of-sequence token comes and ``ignore_eos`` is off."""
+        when an end-of-sequence token comes and ``ignore_eos`` is off. ``first_token`` is
+        called as the first token is out (LoadGen's ``FirstTokenComplete``)."""
         spec = self.spec
         clock = time.perf_counter_ns
         predict, outputs = self.predict, self._outputs
@@ -162,6 +165,9 @@ class Generator:
             token = choose(result[logits_at][0])
             token_ns.append(clock())
             tokens.append(token)
+            if first_token is not None:
+                first_token()
+                first_token = None
             if token in stops:
                 stopped_by = "eos"
                 break

@@ -11,7 +11,7 @@ first prompt; the traced passes profile one prefill step.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,11 +31,12 @@ from services.workers.framework.generation import (
 from services.workers.framework.predictors import PredictorFactory
 from services.workers.framework.profiling import trace
 from services.workers.framework.streams import run_streams
-from services.workers.handover import Run
+from services.workers.handover import Run, TracedPass, TracedQuery, TracedStep
 from shared.datasets import Dataset, load_dataset
 from shared.errors import DlscopeError, PredictorError
 from shared.measurement import check_sample_count, run_scenario
 from shared.measurement.cost import JobReadings, peak_memory, reset_peak_memory
+from shared.measurement.loadgen import LoadgenResult, TokenBounds, run_loadgen_generation
 from shared.measurement.noise import NoiseProbe, probe_ns
 from shared.measurement.progress import OnStep, Step, ignore_steps
 from shared.measurement.readings import MachineWatch
@@ -86,16 +87,27 @@ def _check_vocabulary(job: RunEvaluation, tokens: int) -> None:
         )
 
 
-def generation_plan(job: RunEvaluation) -> SingleStream | Server:
+def generation_plan(job: RunEvaluation, *, loadgen: bool = False) -> SingleStream | Server:
     """The scenario a generative job runs, in-process or served: single-stream (with its
-    concurrency) or server, through dlscope's driver, with warm-up windows of generations."""
+    concurrency) or server, one prompt a query, with warm-up windows of generations; through
+    dlscope's driver, or LoadGen's where ``loadgen`` allows it (one stream)."""
     plan = job.scenario.measurement()
-    if not isinstance(plan, SingleStream | Server) or job.scenario.driver != "native":
+    scenario = job.scenario
+    if not isinstance(plan, SingleStream | Server):
         raise PredictorError(
             f"{job.manifest.ref} generates text: it runs the single-stream and server "
-            f"scenarios of dlscope's driver, one prompt a query, so far (asked: "
-            f"{job.scenario.name}, driver {job.scenario.driver}, batch size "
-            f"{job.scenario.batch_size})"
+            f"scenarios, one prompt a query, so far (asked: {scenario.name}, batch size "
+            f"{scenario.batch_size})"
+        )
+    if scenario.driver == "loadgen" and not loadgen:
+        raise PredictorError(
+            f"{job.manifest.ref} is served: its requests run on dlscope's driver, whose open "
+            "loop records the client's own lag; LoadGen's driver runs in-process models"
+        )
+    if scenario.driver == "loadgen" and scenario.concurrency > 1:
+        raise PredictorError(
+            f"LoadGen's driver runs one generation at a time (asked: concurrency "
+            f"{scenario.concurrency}); concurrent streams run on dlscope's driver"
         )
     window = min(plan.warmup.window_queries, GENERATION_WARMUP)
     return plan.model_copy(
@@ -114,6 +126,53 @@ def _scheduled(
     if not server:
         return None
     return [g.token_ns[-1] - latency for g, latency in zip(timed, latencies_ns, strict=True)]
+
+
+def _timed_by_loadgen(
+    job: RunEvaluation,
+    plan: SingleStream | Server,
+    generator: Generator,
+    asked: list[np.ndarray],
+    load_ns: int,
+    on_step: OnStep,
+    watch: MachineWatch,
+    results_dir: Path,
+) -> tuple[LoadgenResult, GenerationRecord]:
+    """The scenario under LoadGen, which times each generation's first token and end itself
+    and judges them; dlscope keeps every token's time of the same requests beside it, from
+    the moment LoadGen issued each."""
+    generate = generator.generate
+    generated: list[Generated] = []
+    issued: list[int] = []
+
+    def run(index: int, issued_ns: int, first_token: Callable[[], None]) -> int:
+        done = generate(asked[index], first_token)
+        generated.append(done)
+        issued.append(issued_ns)
+        return len(done.tokens)
+
+    scenario = job.scenario
+    result = run_loadgen_generation(
+        plan,
+        run,
+        output_dir=results_dir,
+        bounds=TokenBounds(scenario.ttft_bound_ms, scenario.tpot_bound_ms, scenario.slo_percentile),
+        sample_count=len(asked),
+        load_ns=load_ns,
+        on_step=on_step,
+        watch=watch,
+    )
+    # The cold query and the warm-up came first: LoadGen's own queries are the last ones.
+    calls = result.phases[0].framework_calls or 0
+    first = len(generated) - calls
+    timed, scheduled = generated[first:], issued[first:]
+    return result, record(
+        timed,
+        scheduled_ns=scheduled,
+        duration_ns=max(g.token_ns[-1] for g in timed) - min(scheduled),
+        max_new_tokens=scenario.max_new_tokens,
+        ignore_eos=scenario.ignore_eos,
+    )
 
 
 def _timed(
@@ -167,6 +226,25 @@ def _timed(
     )
 
 
+def _generation_pass(generator: Generator, prompt: np.ndarray, queries: int) -> TracedPass:
+    """The model level of a generation: ``queries`` generations from ``prompt``, each with
+    its prefill and every decode step as a step on the wall clock. The times are the
+    generator's own clock reads, one per token as in every generation, so the pass costs
+    nothing a timed request does not."""
+    traced = []
+    for index in range(queries):
+        wall = time.time_ns() - time.perf_counter_ns()
+        done = generator.generate(prompt)
+        ends = [wall + t for t in done.token_ns]
+        starts = [wall + done.issued_ns, *ends[:-1]]
+        steps = tuple(
+            TracedStep("prefill" if k == 0 else "decode", start, end)
+            for k, (start, end) in enumerate(zip(starts, ends, strict=True))
+        )
+        traced.append(TracedQuery(index, starts[0], ends[-1], steps=steps))
+    return TracedPass("model", "dlscope's generation loop", tuple(traced))
+
+
 def measure_generation(
     factory: PredictorFactory,
     job: RunEvaluation,
@@ -174,12 +252,14 @@ def measure_generation(
     *,
     on_step: OnStep = ignore_steps,
     tokenizer_path: Path | None,
+    results_dir: Path,
 ) -> Run:
     """Load the model, generate from the prompts as the scenario issues them, record every
-    token's time, then the parity fingerprint and the traced passes."""
+    token's time, then the parity fingerprint and the traced passes. LoadGen's driver
+    writes its logs to ``results_dir``."""
     mark = reset_peak_memory()
     on_step(Step("preparing the prompts"))
-    plan = generation_plan(job)
+    plan = generation_plan(job, loadgen=True)
     if tokenizer_path is None:
         raise PredictorError(f"{job.manifest.ref} generates text and has no tokenizer")
     tokenizer = load_tokenizer(str(tokenizer_path))
@@ -208,7 +288,13 @@ def measure_generation(
     try:
         watch = MachineWatch(gpu_index=None)
         before_ns = probe_ns()
-        native, generation = _timed(job, plan, generator, asked, load_ns, on_step, watch)
+        native = loadgen = None
+        if scenario.driver == "loadgen":
+            loadgen, generation = _timed_by_loadgen(
+                job, plan, generator, asked, load_ns, on_step, watch, results_dir
+            )
+        else:
+            native, generation = _timed(job, plan, generator, asked, load_ns, on_step, watch)
         noise = NoiseProbe(before_ns=before_ns, after_ns=probe_ns())
         scored = None
         if dataset is not None:
@@ -233,12 +319,13 @@ def measure_generation(
             make_inputs=lambda: dict(prefill),
             postprocess=lambda outputs: list(outputs),
             on_step=on_step,
+            model_pass=lambda queries: _generation_pass(generator, asked[0], queries),
         )
         machine = JobReadings(noise=noise, peak_memory=peak_memory(mark))
         return Run(
             load_ns,
             native,
-            None,
+            loadgen,
             None,
             fingerprint,
             tracing.one_query,

@@ -81,7 +81,12 @@ def measure(
     is the framework call on ready inputs and nothing else."""
     if job.manifest.generation is not None:
         return measure_generation(
-            factory, job, path, on_step=on_step, tokenizer_path=tokenizer_path
+            factory,
+            job,
+            path,
+            on_step=on_step,
+            tokenizer_path=tokenizer_path,
+            results_dir=results_dir,
         )
     mark = reset_peak_memory()
     on_step(Step("preparing the inputs"))

@@ -66,9 +66,12 @@ def trace(
     make_inputs: Callable[[], Inputs],
     postprocess: Callable[[list[np.ndarray]], object],
     on_step: OnStep,
+    model_pass: Callable[[int], TracedPass] | None = None,
 ) -> Tracing:
     """The passes ``level`` asks for, each of ``queries`` queries on ``inputs`` (the model pass
-    makes its inputs with ``make_inputs`` each query, as a pipeline would)."""
+    makes its inputs with ``make_inputs`` each query, as a pipeline would). ``model_pass``
+    replaces the model level's pass where a query is more than one call (a generation: its
+    prefill and decode steps); its overhead is its first step's against ``inputs``."""
     if level == "none":
         return Tracing(level)
     outcomes = [LevelOutcome(level="application", captured=True, source="dlscope's services")]
@@ -77,10 +80,13 @@ def trace(
     reference_queries = max(queries, REFERENCE_QUERIES)
     on_step(Step("tracing", "tracing at the model level"))
     reference = _reference(predictor.predict, inputs, reference_queries)
-    model = _model_pass(predictor.predict, queries, inputs, make_inputs, postprocess)
-    predict_p50 = _median(
-        [s.end_ns - s.start_ns for q in model.queries for s in q.steps if s.name == "predict"]
-    )
+    if model_pass is None:
+        model = _model_pass(predictor.predict, queries, inputs, make_inputs, postprocess)
+        predicted = [s for q in model.queries for s in q.steps if s.name == "predict"]
+    else:
+        model = model_pass(queries)
+        predicted = [q.steps[0] for q in model.queries if q.steps]
+    predict_p50 = _median([s.end_ns - s.start_ns for s in predicted])
     outcomes.append(_captured("model", model.source, queries, predict_p50, reference))
     passes, profiled = [model], []
     budget = MAX_TRACED_LAYERS
