@@ -119,9 +119,10 @@ class Deployment:
         arguments = {"gateway": ["--port", str(self.port)]}
         self._spawn(service, service, arguments.get(service, []))
 
-    def start_worker(self, name: str, framework: str, agent_id: str) -> None:
-        """One more worker process, ``name``, with a known agent id (to find it again)."""
-        self._spawn(name, "workers", ["--framework", framework, "--agent-id", agent_id])
+    def start_worker(self, name: str, framework: str, agent_id: str, *arguments: str) -> None:
+        """One more worker process, ``name``, with a known agent id (to find it again) and
+        any further ``arguments`` (an endpoint worker's ``--endpoint URL``)."""
+        self._spawn(name, "workers", ["--framework", framework, "--agent-id", agent_id, *arguments])
 
     def _spawn(self, name: str, service: str, arguments: list[str]) -> None:
         # The child keeps its own descriptor of the log; ours is closed at once.

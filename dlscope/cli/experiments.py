@@ -4,6 +4,7 @@ evaluates one model on every matching framework and prints one comparison table.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import typer
@@ -41,8 +42,14 @@ def comparison_table(title: str, comparison: ExperimentComparison) -> Table:
     table.add_column("verdict")
     table.add_column("parity vs reference")
     versus = {p.candidate: p for p in comparison.parity if p.reference == comparison.reference}
+    # Two workers of one framework on one host (two servers behind endpoint workers) are
+    # told apart by their agent ids.
+    systems = Counter((m.framework, m.host) for m in comparison.evaluations)
     for member in comparison.evaluations:
-        table.add_row(*_row(member, with_accuracy, with_tokens, comparison.reference, versus))
+        row = _row(member, with_accuracy, with_tokens, comparison.reference, versus)
+        if systems[(member.framework, member.host)] > 1:
+            row[2] = f"{member.host} ({member.agent_id})"
+        table.add_row(*row)
     return table
 
 

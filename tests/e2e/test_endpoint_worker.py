@@ -15,7 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.deployment import SERVICES, throwaway_deployment
 from harness.llama_server import KEY, NOT_BUILT, SERVER_PYTHON, free_port, llama_server
+from harness.waiting import experiment_outcome, models_listed
+from shared.manifests import ModelManifest
+from tests.conftest import POSTGRES_ADMIN_DSN
 from tests.e2e.test_cli import dlscope
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)]
@@ -211,3 +215,65 @@ def test_a_sweep_of_loads_runs_on_a_served_model(
         assert generation["timed"] == "chunk"
         assert generation["requests"] >= 4
     assert "smollm2 on endpoint: loads" in " ".join(swept.stdout.split())
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.postgres
+async def test_two_servers_are_compared_in_one_experiment(
+    rabbitmq_url: str,
+    smollm2_zoo: dict[str, ModelManifest],
+    server: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two llama.cpp servers of the same build and weights, each fronted by an endpoint
+    # worker of a deployment: one experiment request measures both, one after the other,
+    # and the parity gate holds them to the same greedy tokens.
+    smollm2 = smollm2_zoo["onnxruntime"]
+    monkeypatch.setenv("DLSCOPE_REGISTRY_SOURCE_ROOTS", str(Path(smollm2.source.uri).parent))
+    monkeypatch.setenv("DLSCOPE_ENDPOINT_API_KEY", KEY)
+    with llama_server(tmp_path / "other.log") as (other, _):
+        async with throwaway_deployment(
+            rabbitmq_url, POSTGRES_ADMIN_DSN, prefix="srv", frameworks=("endpoint",)
+        ) as deployment:
+            for service in SERVICES:
+                if service != "workers":
+                    deployment.start(service)
+            served_by = {"server-a": server, "server-b": other}
+            for agent, url in served_by.items():
+                deployment.start_worker(agent, "endpoint", agent, "--endpoint", url)
+            async with httpx.AsyncClient(base_url=deployment.gateway_url, timeout=60) as http:
+                await deployment.ready(http)
+                registered = await http.post("/v1/models", json=smollm2.model_dump(mode="json"))
+                assert registered.status_code == 201, registered.text
+                await models_listed(http, ["smollm2"], timeout=60)
+                response = await http.post(
+                    "/v1/experiments",
+                    json={
+                        "model": "smollm2",
+                        "frameworks": ["endpoint"],
+                        "scenario": {
+                            "iterations": 3,
+                            "min_duration_s": 0,
+                            "warmup": 1,
+                            "max_new_tokens": NEW_TOKENS,
+                        },
+                    },
+                )
+                assert response.status_code == 202, response.text
+                experiment = await experiment_outcome(http, response.json()["id"], timeout=240)
+                comparison = experiment["comparison"]
+                assert comparison["failures"] == []
+                members = {m["agent_id"]: m for m in comparison["evaluations"]}
+                assert set(members) == set(served_by)
+                for agent, member in members.items():
+                    assert member["framework"] == "endpoint"
+                    assert member["tokens"]["output_tokens_per_s"] > 0
+                    events = (
+                        await http.get(f"/v1/evaluations/{member['evaluation_id']}/events")
+                    ).json()
+                    (measured,) = [e for e in events if e["type"] == "evaluation.measured"]
+                    assert measured["payload"]["generation"]["served"]["url"] == served_by[agent]
+    (pair,) = comparison["parity"]
+    assert pair["top1_agreement"] == 1.0, "the same weights on the same server build"
+    assert comparison["parity_ok"] is True

@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from rich.console import Console
 
+from dlscope.cli.experiments import comparison_table
 from services.analyzer.experiments import Experiment, compare, evolve
 from services.scheduler.agents import AgentEntry
 from services.scheduler.experiments import plan_experiment
@@ -18,12 +20,14 @@ from shared.manifests import ModelManifest
 from shared.messages import (
     EvaluationCompleted,
     EvaluationFailed,
+    ExperimentComparison,
     ExperimentFailed,
     ExperimentGap,
     ExperimentMember,
     ExperimentRequested,
     ExperimentScheduled,
     LatencySummary,
+    MemberResult,
     ModelRef,
     OutputFingerprint,
     ParityTolerance,
@@ -361,3 +365,39 @@ def test_an_evaluation_outside_any_experiment_is_refused_by_the_fold() -> None:
     lone = EvaluationFailed(evaluation_id=uuid.uuid4(), stage="predictor", reason="x")
     with pytest.raises(ValueError, match="is in no experiment"):
         evolve(None, lone)
+
+
+def test_two_workers_of_one_framework_on_one_host_are_told_apart_in_the_table() -> None:
+    def member(agent: str) -> MemberResult:
+        return MemberResult(
+            evaluation_id=uuid.uuid4(),
+            model="smollm2",
+            model_version="1.0.0",
+            framework="endpoint",
+            framework_version="1",
+            agent_id=agent,
+            host="box",
+            status="completed",
+        )
+
+    comparison = ExperimentComparison(
+        complete=True,
+        reference=None,
+        tolerance=ParityTolerance(),
+        evaluations=[
+            member("server-a"),
+            member("server-b"),
+            member("server-a").model_copy(
+                update={"framework": "onnxruntime", "framework_version": "1.24"}
+            ),
+        ],
+        parity=[],
+        parity_ok=None,
+        failures=[],
+    )
+    console = Console(width=300, record=True)
+    console.print(comparison_table("t", comparison))
+    shown = console.export_text()
+    assert "box (server-a)" in shown
+    assert "box (server-b)" in shown
+    assert shown.count("(server-a)") == 1, "a system alone on its host keeps the plain host"
