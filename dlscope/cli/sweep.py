@@ -1,6 +1,7 @@
-"""``dlscope sweep``: a language model at several loads (concurrent streams), one evaluation
-each, side by side; with ``--search``, the goodput search for the highest load whose TTFT and
-TPOT meet their bounds (``shared.measurement.goodput``).
+"""``dlscope sweep``: a language model at several loads, one evaluation each, side by side:
+concurrent streams, or with ``--over rate`` Poisson arrival rates (the server scenario); with
+``--search``, the goodput search for the highest load whose TTFT and TPOT meet their bounds
+(``shared.measurement.goodput``).
 
 Each load is an ordinary evaluation (stored, traced, with its own verdict), run one after
 another on the same deployment: embedded, or a gateway's with ``--gateway``.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -20,20 +21,29 @@ from dlscope.cli.client import Client, client_for
 from dlscope.cli.options import EndpointOpt, EvaluationOptions, ModelArg, use_endpoint
 from dlscope.cli.spread import spread_options
 from dlscope.cli.terminal import console, fail
-from shared.measurement.goodput import Search, goodput_search, judge_probe
+from shared.measurement.goodput import Search, goodput_search, judge_probe, rate_search
 from shared.messages import GenerationSummary
 
 __all__ = ["sweep"]
 
 
-def _levels(text: str) -> list[int]:
+Over = Literal["streams", "rate"]
+
+
+def _levels(text: str, over: Over) -> list[float]:
+    kind = int if over == "streams" else float
     try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
+        levels = [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
         levels = []
-    if not levels or any(level < 1 for level in levels):
-        raise fail(f"--levels takes positive integers separated by commas, not {text!r}", 2)
+    if not levels or any(level <= 0 for level in levels):
+        what = "positive integers (streams)" if over == "streams" else "positive rates (req/s)"
+        raise fail(f"--levels takes {what} separated by commas, not {text!r}", 2)
     return levels
+
+
+def _load(level: float, over: Over) -> str:
+    return f"{int(level)} concurrent stream(s)" if over == "streams" else f"{level:g} requests/s"
 
 
 @spread_options
@@ -41,8 +51,20 @@ def sweep(
     model: ModelArg,
     options: EvaluationOptions,
     levels: Annotated[
-        str, typer.Option(help="the loads to run: concurrent streams, separated by commas")
+        str,
+        typer.Option(
+            help="the loads to run, separated by commas: concurrent streams, or with --over "
+            "rate requests per second"
+        ),
     ] = "1,2,4",
+    over: Annotated[
+        str,
+        typer.Option(
+            "--over",
+            help="streams: concurrent closed-loop streams; rate: Poisson arrivals at a rate "
+            "(the server scenario)",
+        ),
+    ] = "streams",
     search: Annotated[
         bool,
         typer.Option(
@@ -52,8 +74,23 @@ def sweep(
         ),
     ] = False,
     max_concurrency: Annotated[
-        int, typer.Option(min=1, max=256, help="--search: the largest load tried")
+        int, typer.Option(min=1, max=256, help="--search: the most streams tried")
     ] = 64,
+    start_rate: Annotated[
+        float, typer.Option(min=0.001, help="--search --over rate: the first rate (req/s)")
+    ] = 1.0,
+    max_rate: Annotated[
+        float, typer.Option(min=0.001, help="--search --over rate: the highest rate tried")
+    ] = 64.0,
+    resolution: Annotated[
+        float,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="--search --over rate: bisect until the rates that meet and miss are this "
+            "fraction apart",
+        ),
+    ] = 0.1,
     gateway: Annotated[
         str | None,
         typer.Option(envvar="DLSCOPE_GATEWAY_URL", help="a deployment; default: embedded"),
@@ -66,49 +103,82 @@ def sweep(
 ) -> None:
     """Run a language model at several loads and compare TTFT, TPOT, tokens/s and goodput;
     with --search, find the highest load that meets the TTFT and TPOT bounds."""
-    if options.selection() is not None:
-        raise fail("a sweep runs one framework: give --framework one name", 2)
-    if search and options.ttft_bound is None and options.tpot_bound is None:
-        raise fail("--search needs a bound to meet: give --ttft-bound and/or --tpot-bound", 2)
-    options.wire_scenario()  # a bad option is refused before the first load runs
+    options, kind = _checked(options, over, search, start_rate)
+    asked = [] if search else _levels(levels, kind)
     use_endpoint(endpoint)
     client = client_for(gateway, token)
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[float, dict[str, Any]] = {}
 
-    def measure(concurrency: int) -> GenerationSummary:
-        console.print(f"load: {concurrency} concurrent stream(s)…")
-        chosen = dataclasses.replace(options, concurrency=concurrency)
+    def measure(level: float) -> GenerationSummary:
+        console.print(f"load: {_load(level, kind)}…")
+        if kind == "streams":
+            chosen = dataclasses.replace(options, concurrency=int(level))
+        else:
+            chosen = dataclasses.replace(options, qps=level)
         evaluated = client.evaluate(chosen.request(model, requested_by="dlscope sweep"), wait=True)
         assert evaluated is not None
         evaluation = evaluated.evaluation
         if evaluation["status"] != "completed":
-            raise fail(f"the load of {concurrency} failed: {evaluation['error']}", 1)
+            raise fail(f"the load of {_load(level, kind)} failed: {evaluation['error']}", 1)
         generation = evaluation["result"].get("generation")
         if generation is None:
-            raise fail(f"{model} is not a language model: a sweep varies generation streams", 2)
-        results[concurrency] = evaluation
+            raise fail(f"{model} is not a language model: a sweep varies its generation load", 2)
+        results[level] = evaluation
         return GenerationSummary.model_validate(generation)
 
     percentile = options.slo_percentile or 0.99
     found = None
     if search:
 
-        def probe(concurrency: int) -> Any:
+        def probe(level: float) -> Any:
             return judge_probe(
-                measure(concurrency),
+                measure(level),
                 ttft_bound_ms=options.ttft_bound,
                 tpot_bound_ms=options.tpot_bound,
                 percentile=percentile,
             )
 
-        found = goodput_search(probe, max_concurrency=max_concurrency)
+        if kind == "streams":
+            found = goodput_search(probe, max_concurrency=max_concurrency)
+        else:
+            found = rate_search(probe, start=start_rate, max_rate=max_rate, resolution=resolution)
     else:
-        for level in _levels(levels):
+        for level in asked:
             measure(level)
-    _show(model, options, results, found, percentile)
+    _show(model, options, results, found, percentile, kind)
     if json_path is not None:
         _write(json_path, results, found)
     _close(client)
+
+
+def _checked(
+    options: EvaluationOptions, over: str, search: bool, start_rate: float
+) -> tuple[EvaluationOptions, Over]:
+    """The options each load starts from, and what the loads are; a bad option is refused
+    before the first load runs."""
+    if options.selection() is not None:
+        raise fail("a sweep runs one framework: give --framework one name", 2)
+    if search and options.ttft_bound is None and options.tpot_bound is None:
+        raise fail("--search needs a bound to meet: give --ttft-bound and/or --tpot-bound", 2)
+    kind: Over
+    if over == "streams":
+        kind = "streams"
+    elif over == "rate":
+        kind = "rate"
+        if options.concurrency not in (None, 1) or options.scenario not in (
+            "single-stream",
+            "server",
+        ):
+            raise fail(
+                "--over rate runs the server scenario at each rate: leave out "
+                "--concurrency and --scenario",
+                2,
+            )
+        options = dataclasses.replace(options, scenario="server", qps=start_rate)
+    else:
+        raise fail(f"--over takes streams or rate, not {over!r}", 2)
+    options.wire_scenario()
+    return options, kind
 
 
 def _close(client: Client) -> None:
@@ -135,13 +205,16 @@ def _ms(summary: GenerationSummary, metric: str, percentile: float) -> str:
 def _show(
     model: str,
     options: EvaluationOptions,
-    results: dict[int, dict[str, Any]],
+    results: dict[float, dict[str, Any]],
     found: Search | None,
     percentile: float,
+    over: Over,
 ) -> None:
     label = f"p{percentile * 100:g}"
-    table = Table(title=f"{model} on {options.framework}: loads (concurrent streams)")
-    columns = ["streams", "requests", "tokens/s", "requests/s", "goodput/s"]
+    kind = "concurrent streams" if over == "streams" else "Poisson arrivals"
+    table = Table(title=f"{model} on {options.framework}: loads ({kind})")
+    columns = ["streams" if over == "streams" else "offered req/s"]
+    columns += ["requests", "tokens/s", "requests/s", "goodput/s"]
     columns += [f"{label} TTFT ms", f"{label} TPOT ms", "verdict"]
     if found is not None:
         columns.append("against the bounds")
@@ -149,13 +222,13 @@ def _show(
         table.add_column(
             column, justify="left" if column.startswith(("verdict", "against")) else "right"
         )
-    judged = {p.concurrency: p for p in found.probes} if found is not None else {}
-    for concurrency, evaluation in sorted(results.items()):
+    judged = {p.load: p for p in found.probes} if found is not None else {}
+    for level, evaluation in sorted(results.items()):
         result = evaluation["result"]
         summary = GenerationSummary.model_validate(result["generation"])
         goodput = "-" if summary.goodput_per_s is None else f"{summary.goodput_per_s:.2f}"
         row = [
-            str(concurrency),
+            f"{level:g}",
             str(summary.requests),
             f"{summary.output_tokens_per_s:.1f}",
             f"{summary.requests_per_s:.2f}",
@@ -165,42 +238,57 @@ def _show(
             (result.get("verdict") or {}).get("status", "-"),
         ]
         if found is not None:
-            probe = judged.get(concurrency)
+            probe = judged.get(level)
             row.append("-" if probe is None else f"{probe.judgement}: {probe.reason}")
         table.add_row(*row)
     console.print(table)
     if found is not None:
-        console.print(_conclusion(found, options, label), soft_wrap=True, highlight=False)
+        console.print(_conclusion(found, options, label, over), soft_wrap=True, highlight=False)
 
 
-def _conclusion(found: Search, options: EvaluationOptions, label: str) -> str:
+def _conclusion(found: Search, options: EvaluationOptions, label: str, over: Over) -> str:
     bounds = " and ".join(
         f"{label} {name} ≤ {bound:g} ms"
         for name, bound in (("TTFT", options.ttft_bound), ("TPOT", options.tpot_bound))
         if bound is not None
     )
+    unit = "stream(s)" if over == "streams" else "requests/s"
+    said = f"goodput search: the highest load meeting {bounds}"
+    if found.exact and over == "streams":
+        return f"{said} is {found.found:g} {unit}"
     if found.exact:
-        return f"goodput search: the highest load meeting {bounds} is {found.found} stream(s)"
-    where = f"[{found.found}, {found.below})" if found.below is not None else f"≥ {found.found}"
-    said = f"goodput search: the highest load meeting {bounds} lies in {where}"
+        assert found.below is not None
+        assert found.resolution is not None
+        return (
+            f"{said} is {found.found:g} {unit}: {found.below:g} misses them (bisected to "
+            f"within {found.resolution:.0%})"
+        )
+    where = (
+        f"[{found.found:g}, {found.below:g})" if found.below is not None else f"≥ {found.found:g}"
+    )
+    said += f" lies in {where} {unit}"
     if found.unresolved is not None:
         said += (
-            f"; the probe at {found.unresolved} was indeterminate (its interval straddles a "
+            f"; the probe at {found.unresolved:g} was indeterminate (its interval straddles a "
             "bound, or too few requests for that percentile): run longer (-n) to decide"
         )
     elif found.below is None:
-        said += " (every load tried met them; raise --max-concurrency)"
+        more = "--max-concurrency" if over == "streams" else "--max-rate"
+        said += f" (every load tried met them; raise {more})"
+    elif found.found == 0 and over == "rate":
+        said += " (even the lowest rate tried missed them; lower --start-rate)"
     return said
 
 
-def _write(path: Path, results: dict[int, dict[str, Any]], found: Search | None) -> None:
-    document: dict[str, Any] = {"loads": {str(c): e for c, e in sorted(results.items())}}
+def _write(path: Path, results: dict[float, dict[str, Any]], found: Search | None) -> None:
+    document: dict[str, Any] = {"loads": {f"{c:g}": e for c, e in sorted(results.items())}}
     if found is not None:
         document["search"] = {
             "found": found.found,
             "below": found.below,
             "unresolved": found.unresolved,
             "exact": found.exact,
+            "resolution": found.resolution,
             "probes": [dataclasses.asdict(p) for p in found.probes],
         }
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,8 @@
-"""The goodput search: the highest load (concurrent streams) whose TTFT and TPOT meet their
-bounds, found by doubling, then bisecting between the last load that met them and the first
-that did not.
+"""The goodput search: the highest load whose TTFT and TPOT meet their bounds, over
+concurrent streams (``goodput_search``) or over a Poisson arrival rate (``rate_search``),
+found by doubling, then bisecting between the last load that met them and the first that
+did not. Streams are whole numbers, so their search ends exact; a rate is bisected until the
+bracket is within a stated ``resolution`` (a fraction of the rate found).
 
 Each probe is judged at the bounds' percentile with its confidence interval, never on the
 point value alone: it **meets** when the interval's upper end is within every bound, it
@@ -19,14 +21,14 @@ from typing import Literal
 
 from shared.messages import GenerationSummary, LatencyStatistics
 
-__all__ = ["Judgement", "Probe", "Search", "goodput_search", "judge_probe"]
+__all__ = ["Judgement", "Probe", "Search", "goodput_search", "judge_probe", "rate_search"]
 
 Judgement = Literal["meets", "misses", "indeterminate"]
 
 
 @dataclass(frozen=True)
 class Probe:
-    concurrency: int
+    load: float  # concurrent streams, or requests per second
     judgement: Judgement
     reason: str
 
@@ -34,19 +36,26 @@ class Probe:
 @dataclass
 class Search:
     """Where the search ended: ``found``, the highest load shown to meet every bound (0: not
-    even one stream); ``below``, the lowest shown to miss one (None: none did, up to the
-    largest tried); ``unresolved``, the load whose probe could not tell, where the search
-    stopped. The highest load that meets the bounds is ``found`` exactly when ``below`` is
-    ``found + 1``; otherwise it lies in [found, below)."""
+    even the smallest tried); ``below``, the lowest shown to miss one (None: none did, up to
+    the largest tried); ``unresolved``, the load whose probe could not tell, where the search
+    stopped. Over streams, the highest load that meets the bounds is ``found`` exactly when
+    ``below`` is ``found + 1``; over a rate, ``found`` is the answer to within
+    ``resolution`` when ``below`` is at most that fraction above it. Otherwise it lies in
+    [found, below)."""
 
-    found: int = 0
-    below: int | None = None
-    unresolved: int | None = None
+    found: float = 0
+    below: float | None = None
+    unresolved: float | None = None
     probes: list[Probe] = field(default_factory=list)
+    resolution: float | None = None  # None: loads are whole streams
 
     @property
     def exact(self) -> bool:
-        return self.below is not None and self.below == self.found + 1
+        if self.below is None:
+            return False
+        if self.resolution is None:
+            return self.below == self.found + 1
+        return self.found > 0 and self.below <= self.found * (1 + self.resolution)
 
 
 def _judge_metric(
@@ -99,33 +108,85 @@ def goodput_search(
     """Double the load from 1 while it meets the bounds (up to ``max_concurrency``), then
     bisect between the last that met and the first that missed."""
     search = Search()
+    tried = _trying(search, lambda load: probe(int(load)))
+    if _double(tried, 1, max_concurrency) == "misses":
+        _bisect(
+            search, tried, lambda found, below: (found + below) // 2 if below - found > 1 else None
+        )
+    return search
 
-    def tried(concurrency: int) -> Judgement:
-        judgement, reason = probe(concurrency)
-        search.probes.append(Probe(concurrency, judgement, reason))
+
+# A rate search halves the start rate at most this many times looking for one that meets.
+RATE_HALVINGS = 6
+
+
+def rate_search(
+    probe: Callable[[float], tuple[Judgement, str]],
+    *,
+    start: float,
+    max_rate: float,
+    resolution: float = 0.1,
+) -> Search:
+    """Double the Poisson rate from ``start`` while it meets the bounds (up to ``max_rate``),
+    or halve it while it misses (at most ``RATE_HALVINGS`` times); then bisect between the
+    last rate that met and the first that missed until they are within ``resolution`` of
+    each other."""
+    search = Search(resolution=resolution)
+    tried = _trying(search, probe)
+    if _double(tried, start, max_rate) != "misses":
+        return search
+    for _ in range(RATE_HALVINGS):
+        if search.found > 0 or search.below is None:
+            break
+        if tried(search.below / 2) == "indeterminate":
+            return search
+    if search.found > 0:
+        _bisect(
+            search,
+            tried,
+            lambda found, below: (found + below) / 2 if below > found * (1 + resolution) else None,
+        )
+    return search
+
+
+def _trying(
+    search: Search, probe: Callable[[float], tuple[Judgement, str]]
+) -> Callable[[float], Judgement]:
+    """``probe``, each load's judgement kept in ``search``: a load that meets the bounds is
+    the highest found so far, one that misses the lowest above it, one that cannot tell
+    where the search stops."""
+
+    def tried(load: float) -> Judgement:
+        judgement, reason = probe(load)
+        search.probes.append(Probe(load, judgement, reason))
+        if judgement == "meets":
+            search.found = load
+        elif judgement == "misses":
+            search.below = load
+        else:
+            search.unresolved = load
         return judgement
 
-    concurrency = 1
-    while True:
-        judgement = tried(concurrency)
-        if judgement == "indeterminate":
-            search.unresolved = concurrency
-            return search
-        if judgement == "misses":
-            search.below = concurrency
-            break
-        search.found = concurrency
-        if concurrency >= max_concurrency:
-            return search
-        concurrency = min(concurrency * 2, max_concurrency)
-    while search.below is not None and search.below - search.found > 1:
-        middle = (search.found + search.below) // 2
-        judgement = tried(middle)
-        if judgement == "meets":
-            search.found = middle
-        elif judgement == "misses":
-            search.below = middle
-        else:
-            search.unresolved = middle  # the answer lies in [found, below); this cannot tell
-            return search
-    return search
+    return tried
+
+
+def _double(tried: Callable[[float], Judgement], start: float, largest: float) -> Judgement:
+    """Double the load from ``start`` while it meets the bounds, up to ``largest``; the last
+    judgement."""
+    load = start
+    while (judgement := tried(load)) == "meets" and load < largest:
+        load = min(load * 2, largest)
+    return judgement
+
+
+def _bisect(
+    search: Search,
+    tried: Callable[[float], Judgement],
+    middle: Callable[[float, float], float | None],
+) -> None:
+    """Bisect [found, below) while ``middle`` gives a load between them, until a probe cannot
+    tell (the answer lies in [found, below))."""
+    while search.below is not None:
+        load = middle(search.found, search.below)
+        if load is None or tried(load) == "indeterminate":
+            return

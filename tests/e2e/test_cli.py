@@ -515,7 +515,23 @@ def _sweep_and_search(home: Path, out: Path) -> None:
     )
     assert searched.returncode == 0, searched.stderr + searched.stdout
     search = json.loads(search_file.read_text())["search"]
-    assert search["probes"][0]["concurrency"] == 1
+    assert search["probes"][0]["load"] == 1
     assert search["probes"][0]["judgement"] in ("meets", "indeterminate")
     shown = " ".join(searched.stdout.split())
     assert "goodput search: the highest load meeting p50 TTFT" in shown
+
+    # Over Poisson rates: each load is the server scenario at that rate.
+    rates_file = out / "rates.json"
+    rates = dlscope(
+        home,
+        *("sweep", "smollm2", "--over", "rate", "--levels", "0.5,20", "-n", "4"),
+        *("--min-duration", "0", "--max-new-tokens", "4", "--json", str(rates_file)),
+    )
+    assert rates.returncode == 0, rates.stderr + rates.stdout
+    loads = json.loads(rates_file.read_text())["loads"]
+    assert set(loads) == {"0.5", "20"}
+    for rate, evaluation in loads.items():
+        scenario = evaluation["request"]["scenario"]
+        assert (scenario["name"], scenario["target_qps"]) == ("server", float(rate))
+        assert evaluation["result"]["generation"]["requests"] >= 4
+    assert "loads (Poisson arrivals)" in " ".join(rates.stdout.split())

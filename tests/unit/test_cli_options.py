@@ -67,3 +67,20 @@ def test_an_experiment_refuses_a_trace_level_before_it_starts() -> None:
     )
     assert result.exit_code == 2
     assert "trace one evaluation, not an experiment" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--over", "speed"], "--over takes streams or rate, not 'speed'"),
+        (["--over", "rate", "--concurrency", "2"], "--over rate runs the server scenario"),
+        (["--over", "rate", "--scenario", "offline"], "leave out --concurrency and --scenario"),
+        (["--over", "rate", "--levels", "1,fast"], "--levels takes positive rates (req/s)"),
+        (["--levels", "1.5"], "--levels takes positive integers (streams)"),
+        (["--search", "--over", "rate"], "--search needs a bound to meet"),
+    ],
+)
+def test_a_sweep_refuses_a_bad_load_before_the_first_runs(given: list[str], said: str) -> None:
+    result = CliRunner().invoke(app, ["sweep", "smollm2", *given, *UNREACHABLE])
+    assert result.exit_code == 2, result.output
+    assert said in " ".join(result.output.split())

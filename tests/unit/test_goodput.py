@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.measurement.generation import summarize_generation
-from shared.measurement.goodput import Judgement, goodput_search, judge_probe
+from shared.measurement.goodput import Judgement, goodput_search, judge_probe, rate_search
 from shared.messages import GeneratedRequest, GenerationRecord
 
 MS = 1_000_000
@@ -88,5 +88,38 @@ def test_an_indeterminate_probe_stops_the_search_saying_where_the_answer_lies() 
         return "misses", ""
 
     found = goodput_search(probe, max_concurrency=64)
-    assert [p.concurrency for p in found.probes] == [1, 2, 4, 8, 6]
+    assert [p.load for p in found.probes] == [1, 2, 4, 8, 6]
     assert (found.found, found.below, found.unresolved, found.exact) == (4, 8, 6, False)
+
+
+def _rate_limit(highest_meeting: float, calls: list[float]) -> object:
+    def probe(rate: float) -> tuple[Judgement, str]:
+        calls.append(rate)
+        return ("meets", "") if rate <= highest_meeting else ("misses", "too slow")
+
+    return probe
+
+
+def test_the_rate_search_doubles_then_bisects_to_within_its_resolution() -> None:
+    calls: list[float] = []
+    found = rate_search(_rate_limit(5.3, calls), start=1.0, max_rate=100, resolution=0.1)
+    assert calls[:4] == [1.0, 2.0, 4.0, 8.0]
+    assert calls[4:] == [6.0, 5.0, 5.5]
+    assert (found.found, found.below, found.exact) == (5.0, 5.5, True)
+    assert found.found <= 5.3 < found.below
+
+
+def test_a_start_rate_that_misses_is_halved_until_one_meets() -> None:
+    calls: list[float] = []
+    found = rate_search(_rate_limit(0.3, calls), start=2.0, max_rate=100, resolution=0.25)
+    assert calls[:4] == [2.0, 1.0, 0.5, 0.25]
+    assert found.found <= 0.3 < found.below  # type: ignore[operator]
+    assert found.below <= found.found * 1.25  # type: ignore[operator]
+    assert found.exact
+
+
+def test_a_rate_no_halving_meets_is_not_claimed() -> None:
+    found = rate_search(_rate_limit(0.0, []), start=1.0, max_rate=100)
+    assert found.found == 0
+    assert found.below == 1.0 / 2**6
+    assert not found.exact
