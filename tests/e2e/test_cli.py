@@ -453,7 +453,7 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
     assert ttft["max_ns"] > 2 * ttft["min_ns"], "later arrivals waited in the queue"
 
 
-def test_a_language_model_server_run_through_loadgen_is_judged_by_loadgen(
+def test_a_language_model_under_loadgens_server_rule_and_offline(
     smollm2_home: Path, tmp_path: Path
 ) -> None:
     # Poisson arrivals through MLCommons LoadGen with its token latencies: LoadGen times the first
@@ -477,11 +477,30 @@ def test_a_language_model_server_run_through_loadgen_is_judged_by_loadgen(
     assert "LoadGen says" in shown
     assert "TTFT constrain not met" in shown
 
+    # Offline: every prompt issued at once, generated one after another; tokens/s is its
+    # headline, and each request's TTFT counts from the start, queue included.
+    offline_file = tmp_path / "offline.json"
     offline = dlscope(
-        smollm2_home, "run", "smollm2", "--scenario", "offline", "--max-new-tokens", "4"
+        smollm2_home,
+        *("run", "smollm2", "--scenario", "offline", "-n", "3", "--min-duration", "0"),
+        *("--max-new-tokens", "4", "--json", str(offline_file)),
     )
-    assert offline.returncode == 1
-    assert "generates text: it runs the single-stream and server scenarios" in offline.stderr
+    assert offline.returncode == 0, offline.stderr
+    events = json.loads(offline_file.read_text())["events"]
+    (measured,) = (e["payload"] for e in events if e["type"] == "evaluation.measured")
+    requests = measured["generation"]["requests"]
+    assert len(requests) == 3
+    assert {r["scheduled_ns"] for r in requests} == {0}, "all issued at once"
+    assert requests[2]["token_ns"][0] > requests[0]["token_ns"][-1], "the last one waited"
+    generation = json.loads(offline_file.read_text())["evaluation"]["result"]["generation"]
+    assert generation["output_tokens_per_s"] > 0
+
+    batched = dlscope(
+        smollm2_home,
+        *("run", "smollm2", "--scenario", "offline", "-b", "4", "--max-new-tokens", "4"),
+    )
+    assert batched.returncode == 1
+    assert "no batched generation yet" in " ".join(batched.stderr.split())
 
 
 def test_a_language_model_sweep_and_goodput_search(smollm2_home: Path, tmp_path: Path) -> None:

@@ -15,18 +15,23 @@ from pydantic import ValidationError
 from services.analyzer.figures import TIMELINE_POINTS, TIMELINES
 from services.analyzer.figures import tokens as token_figures
 from services.workers.framework.generation import (
+    GENERATION_WARMUP,
     Generated,
     Generator,
     perplexity,
     prompts,
     record,
 )
-from services.workers.framework.generative import _check_vocabulary, _generation_pass
+from services.workers.framework.generative import (
+    _check_vocabulary,
+    _generation_pass,
+    generation_plan,
+)
 from services.workers.framework.profiling import trace
 from services.workers.framework.streams import run_streams
 from shared.errors import PredictorError, ProcessingError
 from shared.manifests import ChatTemplateStep, ModelManifest
-from shared.measurement import SingleStream, WarmupSettings
+from shared.measurement import Offline, SingleStream, WarmupSettings
 from shared.measurement.generation import judge_tokens, summarize_generation
 from shared.messages import (
     GeneratedRequest,
@@ -469,3 +474,37 @@ def test_top_k_of_one_is_greedy() -> None:
 def test_top_k_without_sampling_is_refused_naming_the_field() -> None:
     with pytest.raises(ValidationError, match="top_k: it applies when sampling"):
         Scenario(top_k=5)
+
+
+def _job(**scenario: Any) -> Any:
+    return SimpleNamespace(manifest=MANIFEST, scenario=Scenario(**scenario))
+
+
+@pytest.mark.parametrize(
+    ("scenario", "allowed", "said"),
+    [
+        ({"name": "offline", "batch_size": 4}, {"offline": True}, "no batched generation yet"),
+        ({"name": "offline"}, {}, "runs the single-stream and server scenarios"),
+        (
+            {"name": "offline", "driver": "loadgen"},
+            {"offline": True, "loadgen": True},
+            "dlscope's driver",
+        ),
+        ({"driver": "loadgen"}, {}, "LoadGen's driver runs in-process models"),
+        ({"driver": "loadgen", "concurrency": 2}, {"loadgen": True}, "one generation at a time"),
+        ({"name": "multi-stream"}, {"offline": True}, "(asked: multi-stream"),
+    ],
+)
+def test_a_generation_refuses_the_scenarios_it_cannot_run_saying_why(
+    scenario: dict[str, Any], allowed: dict[str, bool], said: str
+) -> None:
+    with pytest.raises(PredictorError) as refused:
+        generation_plan(_job(**scenario), **allowed)
+    assert said in str(refused.value)
+
+
+def test_an_offline_generation_is_one_prompt_a_query_with_short_warmup_windows() -> None:
+    plan = generation_plan(_job(name="offline", iterations=8), offline=True)
+    assert isinstance(plan, Offline)
+    assert (plan.batch_size, plan.min_sample_count) == (1, 8)
+    assert plan.warmup.window_queries == GENERATION_WARMUP

@@ -42,6 +42,7 @@ from shared.measurement.progress import OnStep, Step, ignore_steps
 from shared.measurement.readings import MachineWatch
 from shared.messages import (
     GenerationRecord,
+    Offline,
     RunEvaluation,
     ScenarioResult,
     Server,
@@ -87,17 +88,28 @@ def _check_vocabulary(job: RunEvaluation, tokens: int) -> None:
         )
 
 
-def generation_plan(job: RunEvaluation, *, loadgen: bool = False) -> SingleStream | Server:
+def generation_plan(
+    job: RunEvaluation, *, loadgen: bool = False, offline: bool = False
+) -> SingleStream | Server | Offline:
     """The scenario a generative job runs, in-process or served: single-stream (with its
-    concurrency) or server, one prompt a query, with warm-up windows of generations; through
+    concurrency) or server, one prompt a query, or where ``offline`` allows it every prompt
+    at once, generated one after another; with warm-up windows of generations; through
     dlscope's driver, or LoadGen's where ``loadgen`` allows it (one stream)."""
     plan = job.scenario.measurement()
     scenario = job.scenario
-    if not isinstance(plan, SingleStream | Server):
+    offline_here = offline and isinstance(plan, Offline) and plan.batch_size == 1
+    if not (isinstance(plan, SingleStream | Server) or offline_here):
+        runs = "single-stream, server and offline" if offline else "single-stream and server"
         raise PredictorError(
-            f"{job.manifest.ref} generates text: it runs the single-stream and server "
-            f"scenarios, one prompt a query, so far (asked: {scenario.name}, batch size "
-            f"{scenario.batch_size})"
+            f"{job.manifest.ref} generates text: it runs the {runs} scenarios, one prompt a "
+            f"generation (no batched generation yet: the graph takes one sequence, without an "
+            f"attention mask) (asked: {scenario.name}, batch size {scenario.batch_size})"
+        )
+    assert isinstance(plan, SingleStream | Server | Offline)
+    if isinstance(plan, Offline) and scenario.driver == "loadgen":
+        raise PredictorError(
+            "an offline generation runs on dlscope's driver; LoadGen's runs single-stream "
+            "and server generations"
         )
     if scenario.driver == "loadgen" and not loadgen:
         raise PredictorError(
@@ -177,7 +189,7 @@ def _timed_by_loadgen(
 
 def _timed(
     job: RunEvaluation,
-    plan: SingleStream | Server,
+    plan: SingleStream | Server | Offline,
     generator: Generator,
     asked: list[np.ndarray],
     load_ns: int,
@@ -214,9 +226,15 @@ def _timed(
         # The driver called run_query for the cold query, the warm-up, then the timed ones:
         # the last of the generations are the timed requests, in order.
         timed = generated[-len(native.phases[0].latencies_ns) :]
-        scheduled = _scheduled(
-            timed, native.phases[0].latencies_ns, server=isinstance(plan, Server)
-        )
+        if isinstance(plan, Offline):
+            # Offline issues every request at once: each is scheduled at the phase's start
+            # (the first one's issue, a clock read after it), as MLPerf's offline scenario
+            # has it; its headline is the tokens per second.
+            scheduled = [timed[0].issued_ns] * len(timed)
+        else:
+            scheduled = _scheduled(
+                timed, native.phases[0].latencies_ns, server=isinstance(plan, Server)
+            )
     return native, record(
         timed,
         scheduled_ns=scheduled,
@@ -259,7 +277,7 @@ def measure_generation(
     writes its logs to ``results_dir``."""
     mark = reset_peak_memory()
     on_step(Step("preparing the prompts"))
-    plan = generation_plan(job, loadgen=True)
+    plan = generation_plan(job, loadgen=True, offline=True)
     if tokenizer_path is None:
         raise PredictorError(f"{job.manifest.ref} generates text and has no tokenizer")
     tokenizer = load_tokenizer(str(tokenizer_path))
@@ -290,6 +308,7 @@ def measure_generation(
         before_ns = probe_ns()
         native = loadgen = None
         if scenario.driver == "loadgen":
+            assert not isinstance(plan, Offline)
             loadgen, generation = _timed_by_loadgen(
                 job, plan, generator, asked, load_ns, on_step, watch, results_dir
             )

@@ -69,6 +69,7 @@ from shared.measurement.warmup import warm_up
 from shared.messages import (
     HarnessOverhead,
     LevelOutcome,
+    Offline,
     RunEvaluation,
     ScenarioResult,
     ServedRun,
@@ -208,6 +209,7 @@ def measure_served(
         raise PredictorError(f"{job.manifest.ref} has no tokenizer to count tokens with")
     on_step(Step("preparing the prompts"))
     plan = generation_plan(job)
+    assert not isinstance(plan, Offline), "offline is refused for a served model"
     scenario = job.scenario
     tokenizer = load_tokenizer(str(tokenizer_path))
     dataset, asked, sent, api = _prompts(job, plan, tokenizer)
