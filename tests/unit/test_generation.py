@@ -481,30 +481,30 @@ def _job(**scenario: Any) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("scenario", "allowed", "said"),
+    ("scenario", "where", "said"),
     [
-        ({"name": "offline", "batch_size": 4}, {"offline": True}, "no batched generation yet"),
-        ({"name": "offline"}, {}, "runs the single-stream and server scenarios"),
+        ({"name": "offline", "batch_size": 4}, {}, "no batched generation yet"),
+        ({"name": "offline"}, {"served": True}, "runs the single-stream and server scenarios"),
         (
             {"name": "offline", "driver": "loadgen"},
-            {"offline": True, "loadgen": True},
+            {},
             "dlscope's driver",
         ),
-        ({"driver": "loadgen"}, {}, "LoadGen's driver runs in-process models"),
-        ({"driver": "loadgen", "concurrency": 2}, {"loadgen": True}, "one generation at a time"),
-        ({"name": "multi-stream"}, {"offline": True}, "(asked: multi-stream"),
+        ({"driver": "loadgen"}, {"served": True}, "LoadGen's driver runs in-process models"),
+        ({"driver": "loadgen", "concurrency": 2}, {}, "one generation at a time"),
+        ({"name": "multi-stream"}, {}, "(asked: multi-stream"),
     ],
 )
 def test_a_generation_refuses_the_scenarios_it_cannot_run_saying_why(
-    scenario: dict[str, Any], allowed: dict[str, bool], said: str
+    scenario: dict[str, Any], where: dict[str, bool], said: str
 ) -> None:
     with pytest.raises(PredictorError) as refused:
-        generation_plan(_job(**scenario), **allowed)
+        generation_plan(_job(**scenario), **where)
     assert said in str(refused.value)
 
 
 def test_an_offline_generation_is_one_prompt_a_query_with_short_warmup_windows() -> None:
-    plan = generation_plan(_job(name="offline", iterations=8), offline=True)
+    plan = generation_plan(_job(name="offline", iterations=8))
     assert isinstance(plan, Offline)
     assert (plan.batch_size, plan.min_sample_count) == (1, 8)
     assert plan.warmup.window_queries == GENERATION_WARMUP

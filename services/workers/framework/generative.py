@@ -88,18 +88,16 @@ def _check_vocabulary(job: RunEvaluation, tokens: int) -> None:
         )
 
 
-def generation_plan(
-    job: RunEvaluation, *, loadgen: bool = False, offline: bool = False
-) -> SingleStream | Server | Offline:
-    """The scenario a generative job runs, in-process or served: single-stream (with its
-    concurrency) or server, one prompt a query, or where ``offline`` allows it every prompt
-    at once, generated one after another; with warm-up windows of generations; through
-    dlscope's driver, or LoadGen's where ``loadgen`` allows it (one stream)."""
+def generation_plan(job: RunEvaluation, *, served: bool = False) -> SingleStream | Server | Offline:
+    """The scenario a generative job runs, in-process or ``served``: single-stream (with its
+    concurrency) or server, one prompt a query, or (in-process) every prompt at once,
+    generated one after another; with warm-up windows of generations; through dlscope's
+    driver, or (in-process, one stream) LoadGen's."""
     plan = job.scenario.measurement()
     scenario = job.scenario
-    offline_here = offline and isinstance(plan, Offline) and plan.batch_size == 1
+    offline_here = not served and isinstance(plan, Offline) and plan.batch_size == 1
     if not (isinstance(plan, SingleStream | Server) or offline_here):
-        runs = "single-stream, server and offline" if offline else "single-stream and server"
+        runs = "single-stream and server" if served else "single-stream, server and offline"
         raise PredictorError(
             f"{job.manifest.ref} generates text: it runs the {runs} scenarios, one prompt a "
             f"generation (no batched generation yet: the graph takes one sequence, without an "
@@ -111,7 +109,7 @@ def generation_plan(
             "an offline generation runs on dlscope's driver; LoadGen's runs single-stream "
             "and server generations"
         )
-    if scenario.driver == "loadgen" and not loadgen:
+    if scenario.driver == "loadgen" and served:
         raise PredictorError(
             f"{job.manifest.ref} is served: its requests run on dlscope's driver, whose open "
             "loop records the client's own lag; LoadGen's driver runs in-process models"
@@ -277,7 +275,7 @@ def measure_generation(
     writes its logs to ``results_dir``."""
     mark = reset_peak_memory()
     on_step(Step("preparing the prompts"))
-    plan = generation_plan(job, loadgen=True, offline=True)
+    plan = generation_plan(job)
     if tokenizer_path is None:
         raise PredictorError(f"{job.manifest.ref} generates text and has no tokenizer")
     tokenizer = load_tokenizer(str(tokenizer_path))

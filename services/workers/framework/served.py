@@ -208,7 +208,7 @@ def measure_served(
     if tokenizer_path is None:
         raise PredictorError(f"{job.manifest.ref} has no tokenizer to count tokens with")
     on_step(Step("preparing the prompts"))
-    plan = generation_plan(job)
+    plan = generation_plan(job, served=True)
     assert not isinstance(plan, Offline), "offline is refused for a served model"
     scenario = job.scenario
     tokenizer = load_tokenizer(str(tokenizer_path))
