@@ -15,6 +15,11 @@ The two alternate request by request on the same prompts (A B A B ...), so drift
 shared machine hits both alike. The figures: each side's TTFT and TPOT medians, and the
 median over rounds of dlscope's TPOT / bare TPOT with its 95 % bootstrap interval: the
 harness's cost per token, recording every token's time included (the goal: under 1 %).
+
+Then batches: the same prompts generated ``BATCH_PROMPTS`` at a time in batches of 1, 2, 4 and
+8 (left-padded, with the attention mask), the sizes taking turns round by round: output
+tokens/s, the median step time (each row's TPOT), and whether every row's greedy tokens are
+those the prompt gets alone.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ __all__ = ["run"]
 
 TARGET_RATIO = 1.01
 TOKENS = 32
+BATCH_SIZES = (1, 2, 4, 8)
+BATCH_PROMPTS = 8
+BATCH_ROUNDS = 3
 ROUNDS = 30
 WARMUP = 3
 
@@ -69,6 +77,7 @@ def _run(scale: float) -> dict[str, Any]:
                 continue
             rounds = max(3, round(ROUNDS * scale))
             results[framework] = _compare(framework, manifest, Path(folder), rounds)
+            results[framework]["batches"] = _batches(framework, manifest, Path(folder))
     return {
         "model": "smollm2 (SmolLM2-135M-Instruct, float32)",
         "tokens_per_request": TOKENS,
@@ -123,6 +132,42 @@ def _compare(framework: str, manifest: ModelManifest, folder: Path, rounds: int)
     }
 
 
+def _batches(framework: str, manifest: ModelManifest, folder: Path) -> dict[str, Any]:
+    """Output tokens/s and step time at each batch size, on the same prompts."""
+    assert manifest.tokenizer is not None
+    tokenizer = load_tokenizer(str(folder / Path(manifest.tokenizer.uri).name))
+    texts = synthetic_texts(tokenizer, BATCH_PROMPTS, 64, seed=1)
+    asked = prompts(manifest, texts, tokenizer)
+    predictor = predictor_factory(framework).create()
+    predictor.open(manifest, folder / Path(manifest.source.uri).name, hardware="cpu")
+    try:
+        generator = Generator(manifest, predictor.predict, TOKENS, ignore_eos=True)
+        alone = [generator.generate(prompt).tokens for prompt in asked]
+        walls: dict[int, list[float]] = {size: [] for size in BATCH_SIZES}
+        steps: dict[int, list[float]] = {size: [] for size in BATCH_SIZES}
+        agree: dict[int, bool] = {size: True for size in BATCH_SIZES}
+        for _ in range(BATCH_ROUNDS):
+            for size in BATCH_SIZES:
+                start = time.perf_counter_ns()
+                done = []
+                for first in range(0, BATCH_PROMPTS, size):
+                    done.extend(generator.generate_batch(asked[first : first + size]))
+                walls[size].append((time.perf_counter_ns() - start) / 1e9)
+                for g in done:
+                    steps[size].extend(np.diff(g.token_ns) / 1e6)
+                agree[size] &= [g.tokens for g in done] == alone
+    finally:
+        predictor.close()
+    return {
+        f"batch_{size}": {
+            "output_tokens_per_s": BATCH_PROMPTS * TOKENS / statistics.median(walls[size]),
+            "step_ms_median": statistics.median(steps[size]),
+            "same_tokens_as_alone": agree[size],
+        }
+        for size in BATCH_SIZES
+    }
+
+
 def _bare_loop(framework: str, predictor: Predictor, generator: Generator) -> BareLoop:
     """The user's own loop on the predictor's session: three clock reads a request."""
     clock = time.perf_counter_ns
@@ -136,15 +181,23 @@ def _bare_loop(framework: str, predictor: Predictor, generator: Generator) -> Ba
                 None,
                 {
                     "input_ids": prompt,
+                    "attention_mask": np.ones_like(prompt),
                     "past_key": empty["past_key"],
                     "past_value": empty["past_value"],
                 },
             )
             token = np.asarray([[int(np.argmax(logits[0]))]], dtype=np.int64)
             prefilled = clock()
-            for _ in range(TOKENS - 1):
+            for step in range(1, TOKENS):
+                mask = np.ones((1, prompt.shape[1] + step), dtype=np.int64)
                 logits, key, value = session.run(
-                    None, {"input_ids": token, "past_key": key, "past_value": value}
+                    None,
+                    {
+                        "input_ids": token,
+                        "attention_mask": mask,
+                        "past_key": key,
+                        "past_value": value,
+                    },
                 )
                 token = np.asarray([[int(np.argmax(logits[0]))]], dtype=np.int64)
             return prefilled - start, clock() - prefilled
@@ -160,13 +213,15 @@ def _bare_loop(framework: str, predictor: Predictor, generator: Generator) -> Ba
             start = clock()
             logits, key, value = module(
                 torch.from_numpy(prompt),
+                torch.from_numpy(np.ones_like(prompt)),
                 torch.from_numpy(empty["past_key"]),
                 torch.from_numpy(empty["past_value"]),
             )
             token = np.asarray([[int(np.argmax(logits.numpy()[0]))]], dtype=np.int64)
             prefilled = clock()
-            for _ in range(TOKENS - 1):
-                logits, key, value = module(torch.from_numpy(token), key, value)
+            for step in range(1, TOKENS):
+                mask = torch.ones((1, prompt.shape[1] + step), dtype=torch.int64)
+                logits, key, value = module(torch.from_numpy(token), mask, key, value)
                 token = np.asarray([[int(np.argmax(logits.numpy()[0]))]], dtype=np.int64)
             return prefilled - start, clock() - prefilled
 

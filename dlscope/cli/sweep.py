@@ -1,7 +1,8 @@
 """``dlscope sweep``: a language model at several loads, one evaluation each, side by side:
-concurrent streams, or with ``--over rate`` Poisson arrival rates (the server scenario); with
-``--search``, the goodput search for the highest load whose TTFT and TPOT meet their bounds
-(``shared.measurement.goodput``).
+concurrent streams, with ``--over rate`` Poisson arrival rates (the server scenario), or with
+``--over batch`` batch sizes (the offline scenario, the prompts of a batch in one call a step);
+with ``--search``, the goodput search for the highest number of streams or rate whose TTFT and
+TPOT meet their bounds (``shared.measurement.goodput``).
 
 Each load is an ordinary evaluation (stored, traced, with its own verdict), run one after
 another on the same deployment: embedded, or a gateway's with ``--gateway``.
@@ -27,23 +28,31 @@ from shared.messages import GenerationSummary
 __all__ = ["sweep"]
 
 
-Over = Literal["streams", "rate"]
+Over = Literal["streams", "rate", "batch"]
+_WHAT: dict[Over, str] = {
+    "streams": "positive integers (streams)",
+    "rate": "positive rates (req/s)",
+    "batch": "positive integers (batch sizes)",
+}
 
 
 def _levels(text: str, over: Over) -> list[float]:
-    kind = int if over == "streams" else float
+    kind = float if over == "rate" else int
     try:
         levels = [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
         levels = []
     if not levels or any(level <= 0 for level in levels):
-        what = "positive integers (streams)" if over == "streams" else "positive rates (req/s)"
-        raise fail(f"--levels takes {what} separated by commas, not {text!r}", 2)
+        raise fail(f"--levels takes {_WHAT[over]} separated by commas, not {text!r}", 2)
     return levels
 
 
 def _load(level: float, over: Over) -> str:
-    return f"{int(level)} concurrent stream(s)" if over == "streams" else f"{level:g} requests/s"
+    if over == "streams":
+        return f"{int(level)} concurrent stream(s)"
+    if over == "batch":
+        return f"batch size {int(level)}"
+    return f"{level:g} requests/s"
 
 
 @spread_options
@@ -53,8 +62,8 @@ def sweep(
     levels: Annotated[
         str,
         typer.Option(
-            help="the loads to run, separated by commas: concurrent streams, or with --over "
-            "rate requests per second"
+            help="the loads to run, separated by commas: concurrent streams, with --over "
+            "rate requests per second, with --over batch batch sizes"
         ),
     ] = "1,2,4",
     over: Annotated[
@@ -62,7 +71,8 @@ def sweep(
         typer.Option(
             "--over",
             help="streams: concurrent closed-loop streams; rate: Poisson arrivals at a rate "
-            "(the server scenario)",
+            "(the server scenario); batch: every prompt at once in batches of a size (the "
+            "offline scenario)",
         ),
     ] = "streams",
     search: Annotated[
@@ -113,6 +123,8 @@ def sweep(
         console.print(f"load: {_load(level, kind)}…")
         if kind == "streams":
             chosen = dataclasses.replace(options, concurrency=int(level))
+        elif kind == "batch":
+            chosen = dataclasses.replace(options, batch_size=int(level))
         else:
             chosen = dataclasses.replace(options, qps=level)
         evaluated = client.evaluate(chosen.request(model, requested_by="dlscope sweep"), wait=True)
@@ -175,8 +187,27 @@ def _checked(
                 2,
             )
         options = dataclasses.replace(options, scenario="server", qps=start_rate)
+    elif over == "batch":
+        kind = "batch"
+        if search:
+            raise fail(
+                "--search finds the most streams or the highest rate meeting the bounds; an "
+                "offline batch's TTFT counts from the phase's start, queue included, so "
+                "--over batch runs the --levels given",
+                2,
+            )
+        if options.concurrency not in (None, 1) or options.scenario not in (
+            "single-stream",
+            "offline",
+        ):
+            raise fail(
+                "--over batch runs the offline scenario at each batch size: leave out "
+                "--concurrency and --scenario",
+                2,
+            )
+        options = dataclasses.replace(options, scenario="offline")
     else:
-        raise fail(f"--over takes streams or rate, not {over!r}", 2)
+        raise fail(f"--over takes streams, rate or batch, not {over!r}", 2)
     options.wire_scenario()
     return options, kind
 
@@ -211,9 +242,13 @@ def _show(
     over: Over,
 ) -> None:
     label = f"p{percentile * 100:g}"
-    kind = "concurrent streams" if over == "streams" else "Poisson arrivals"
+    kind = {
+        "streams": "concurrent streams",
+        "rate": "Poisson arrivals",
+        "batch": "offline, prompts batched",
+    }[over]
     table = Table(title=f"{model} on {options.framework}: loads ({kind})")
-    columns = ["streams" if over == "streams" else "offered req/s"]
+    columns = [{"streams": "streams", "rate": "offered req/s", "batch": "batch size"}[over]]
     columns += ["requests", "tokens/s", "requests/s", "goodput/s"]
     columns += [f"{label} TTFT ms", f"{label} TPOT ms", "verdict"]
     if found is not None:

@@ -2,8 +2,12 @@
 GGUF file: what the zoo exports SmolLM2 from.
 
 One call is one step of a generation: the new tokens (the whole prompt at prefill, one token
-at each decode step) and the cache so far in; the next token's logits and the cache grown by
-the new tokens out. The cache is two tensors, keys and values of every layer stacked,
+at each decode step), the attention mask of every position so far and the cache so far in; the
+next token's logits and the cache grown by the new tokens out. The mask is what lets one call
+carry several prompts of different lengths: each is padded on the left to the longest (0 in the
+mask), a padding position is seen by no real token, and each row's positions (for the rotary
+embedding) count its real tokens only, so a row's tokens are those it would get alone. The
+cache is two tensors, keys and values of every layer stacked,
 ``[layers, batch, kv_heads, positions, head_dim]``, so that a graph exported from it (ONNX,
 TorchScript) runs a whole generation with nothing but its inputs and outputs: the worker
 feeds each step's ``present`` back as the next step's ``past``.
@@ -147,9 +151,10 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class LlamaStep(nn.Module):
-    """``(input_ids [batch, new], past_key, past_value) -> (logits [batch, vocabulary] of the
-    last new token, present_key, present_value)``; the cache is
-    ``[layers, batch, kv_heads, positions, head_dim]`` and may hold no position yet."""
+    """``(input_ids [batch, new], attention_mask [batch, past + new], past_key, past_value) ->
+    (logits [batch, vocabulary] of the last new token, present_key, present_value)``; the cache
+    is ``[layers, batch, kv_heads, positions, head_dim]`` and may hold no position yet. Rows are
+    padded on the left, so every row's last new token is a real one."""
 
     inv_freq: torch.Tensor
 
@@ -167,15 +172,27 @@ class LlamaStep(nn.Module):
         self.register_buffer("inv_freq", 1.0 / (config.rope_base**half), persistent=False)
 
     def forward(
-        self, input_ids: torch.Tensor, past_key: torch.Tensor, past_value: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        past_key: torch.Tensor,
+        past_value: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         new = input_ids.shape[1]
         past = past_key.shape[3]
-        positions = torch.arange(new, dtype=torch.float32) + past
-        angles = positions[:, None] * self.inv_freq[None, :]
-        cos, sin = torch.cos(angles), torch.sin(angles)
-        # Token i of the new ones sees every past position and the new ones up to itself.
-        seen = torch.arange(past + new)[None, :] <= (torch.arange(new) + past)[:, None]
+        # A token's position is the number of real tokens before it in its row (padding takes
+        # none), so a left-padded prompt is rotated as it would be alone.
+        counted = attention_mask.cumsum(-1)[:, past:] - 1
+        positions = counted.clamp(min=0).to(torch.float32)
+        angles = positions[..., None] * self.inv_freq
+        cos, sin = torch.cos(angles)[:, None], torch.sin(angles)[:, None]
+        # Token i of the new ones sees the real tokens among the past positions and the new
+        # ones up to itself; every token sees itself, so a padding row is never all masked
+        # (its softmax would be NaN, and NaN times a zero weight is still NaN).
+        slots = torch.arange(past + new)[None, :]
+        at = (torch.arange(new) + past)[:, None]
+        seen = ((slots <= at)[None] & attention_mask.bool()[:, None, :]) | (slots == at)[None]
+        seen = seen[:, None]  # one mask for every head
         x = functional.embedding(input_ids, self.embedding)
         keys, values = [], []
         for i, block in enumerate(self.blocks):

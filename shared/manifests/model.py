@@ -122,6 +122,10 @@ class Generation(Strict):
     then one token at a time), the cache passed in and out as tensors.
 
     - ``input_ids``: the input that takes the step's tokens ([batch, new]);
+    - ``attention_mask``: where the graph has one, the input that says which positions so far
+      are tokens (1) and which padding (0) ([batch, past + new]); with it, several prompts of
+      different lengths run as one batch, each padded on the left. Without it the graph runs
+      one sequence a call;
     - ``logits``: the output with the next token's scores ([batch, vocabulary]);
     - ``cache``: each cache tensor's input and output; ``cache_axis``, the axis of positions
       in them (empty, length 0, at the first step);
@@ -131,6 +135,7 @@ class Generation(Strict):
     """
 
     input_ids: str = Field(min_length=1)
+    attention_mask: str | None = Field(default=None, min_length=1)
     logits: str = Field(min_length=1)
     cache: list[CacheLink] = Field(default_factory=list, max_length=64)
     cache_axis: NonNegativeInt = 0
@@ -223,6 +228,8 @@ class ModelManifest(Versioned):
         named: list[tuple[str, str, dict[str, InputSpec] | dict[str, OutputSpec]]] = [
             ("generation.input_ids", generation.input_ids, inputs)
         ]
+        if generation.attention_mask is not None:
+            named.append(("generation.attention_mask", generation.attention_mask, inputs))
         named.append(("generation.logits", generation.logits, outputs))
         for i, link in enumerate(generation.cache):
             named.append((f"generation.cache.{i}.past", link.past, inputs))

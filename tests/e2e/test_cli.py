@@ -371,6 +371,11 @@ def test_zoo_build_of_a_model_it_does_not_have_names_those_it_has(tmp_path: Path
     assert "minilm-l6" in result.stderr
 
 
+# Runs that assert what they measure, not how they are traced: a generation's traced passes
+# (ten reference prefills, five traced generations) cost seconds a run.
+UNTRACED = ("--trace-level", "none")
+
+
 def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
     smollm2_home: Path, tmp_path: Path
 ) -> None:
@@ -418,6 +423,7 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
         smollm2_home,
         *("run", "smollm2", "-n", "2", "--min-duration", "0", "--max-new-tokens", "4"),
         *("--dataset", "sentences", "--json", str(alone_file)),
+        *UNTRACED,
     )
     assert alone.returncode == 0, alone.stderr
     scored = json.loads(alone_file.read_text())["evaluation"]["result"]["perplexity"]
@@ -442,6 +448,7 @@ def test_run_of_the_language_model_reports_token_latencies_and_identical_tokens(
         *("run", "smollm2", "--scenario", "server", "--qps", "20", "-n", "6"),
         *("--min-duration", "0", "--max-new-tokens", "4", "--ttft-bound", "1"),
         *("--json", str(server_file)),
+        *UNTRACED,
     )
     assert server.returncode == 0, server.stderr
     result = json.loads(server_file.read_text())["evaluation"]["result"]
@@ -463,6 +470,7 @@ def test_a_language_model_under_loadgens_server_rule_and_offline(
         smollm2_home,
         *("run", "smollm2", "--scenario", "server", "--driver", "loadgen", "--qps", "20"),
         *("-n", "6", "--min-duration", "0", "--max-new-tokens", "4", "--ttft-bound", "1"),
+        *UNTRACED,
         *("--slo-percentile", "0.5", "--json", str(loadgen_file)),
     )
     assert by_loadgen.returncode == 0, by_loadgen.stderr
@@ -484,6 +492,7 @@ def test_a_language_model_under_loadgens_server_rule_and_offline(
         smollm2_home,
         *("run", "smollm2", "--scenario", "offline", "-n", "3", "--min-duration", "0"),
         *("--max-new-tokens", "4", "--json", str(offline_file)),
+        *UNTRACED,
     )
     assert offline.returncode == 0, offline.stderr
     events = json.loads(offline_file.read_text())["events"]
@@ -495,12 +504,26 @@ def test_a_language_model_under_loadgens_server_rule_and_offline(
     generation = json.loads(offline_file.read_text())["evaluation"]["result"]["generation"]
     assert generation["output_tokens_per_s"] > 0
 
+    # A batch of prompts in one call a step: the graph's attention mask lets prompts of
+    # different lengths share it, each padded on the left.
+    batched_file = tmp_path / "batched.json"
     batched = dlscope(
         smollm2_home,
-        *("run", "smollm2", "--scenario", "offline", "-b", "4", "--max-new-tokens", "4"),
+        *("run", "smollm2", "--scenario", "offline", "-b", "3", "-n", "6", "--min-duration"),
+        *("0", "--max-new-tokens", "4", "--json", str(batched_file)),
+        *UNTRACED,
     )
-    assert batched.returncode == 1
-    assert "no batched generation yet" in " ".join(batched.stderr.split())
+    assert batched.returncode == 0, batched.stderr
+    events = json.loads(batched_file.read_text())["events"]
+    (measured,) = (e["payload"] for e in events if e["type"] == "evaluation.measured")
+    requests = measured["generation"]["requests"]
+    assert len(requests) % 3 == 0
+    assert len(requests) >= 6
+    for start in range(0, len(requests), 3):
+        rows = requests[start : start + 3]
+        assert len({tuple(r["token_ns"]) for r in rows}) == 1, "a batch's rows share each step"
+    assert len({r["input_tokens"] for r in requests}) > 1, "prompts of different lengths"
+    assert requests[3]["token_ns"][0] > requests[0]["token_ns"][-1], "the second batch waited"
 
 
 def test_a_language_model_sweep_and_goodput_search(smollm2_home: Path, tmp_path: Path) -> None:
@@ -514,6 +537,7 @@ def _sweep_and_search(home: Path, out: Path) -> None:
         home,
         *("sweep", "smollm2", "--levels", "1,2", "-n", "4", "--min-duration", "0"),
         *("--max-new-tokens", "4", "--json", str(sweep_file)),
+        *UNTRACED,
     )
     assert swept.returncode == 0, swept.stderr + swept.stdout
     loads = json.loads(sweep_file.read_text())["loads"]
@@ -530,6 +554,7 @@ def _sweep_and_search(home: Path, out: Path) -> None:
         home,
         *("sweep", "smollm2", "--search", "--max-concurrency", "4", "-n", "12"),
         *("--min-duration", "0", "--max-new-tokens", "4", "--slo-percentile", "0.5"),
+        *UNTRACED,
         *("--ttft-bound", f"{alone * 1.5:.1f}", "--json", str(search_file)),
     )
     assert searched.returncode == 0, searched.stderr + searched.stdout
@@ -543,14 +568,32 @@ def _sweep_and_search(home: Path, out: Path) -> None:
     rates_file = out / "rates.json"
     rates = dlscope(
         home,
-        *("sweep", "smollm2", "--over", "rate", "--levels", "0.5,20", "-n", "4"),
+        *("sweep", "smollm2", "--over", "rate", "--levels", "2,20", "-n", "4"),
         *("--min-duration", "0", "--max-new-tokens", "4", "--json", str(rates_file)),
+        *UNTRACED,
     )
     assert rates.returncode == 0, rates.stderr + rates.stdout
     loads = json.loads(rates_file.read_text())["loads"]
-    assert set(loads) == {"0.5", "20"}
+    assert set(loads) == {"2", "20"}
     for rate, evaluation in loads.items():
         scenario = evaluation["request"]["scenario"]
         assert (scenario["name"], scenario["target_qps"]) == ("server", float(rate))
         assert evaluation["result"]["generation"]["requests"] >= 4
     assert "loads (Poisson arrivals)" in " ".join(rates.stdout.split())
+
+    # Over batch sizes: each load is the offline scenario, its prompts batched.
+    batches_file = out / "batches.json"
+    batches = dlscope(
+        home,
+        *("sweep", "smollm2", "--over", "batch", "--levels", "1,3", "-n", "6"),
+        *("--min-duration", "0", "--max-new-tokens", "4", "--json", str(batches_file)),
+        *UNTRACED,
+    )
+    assert batches.returncode == 0, batches.stderr + batches.stdout
+    loads = json.loads(batches_file.read_text())["loads"]
+    assert set(loads) == {"1", "3"}
+    for size, evaluation in loads.items():
+        scenario = evaluation["request"]["scenario"]
+        assert (scenario["name"], scenario["batch_size"]) == ("offline", int(size))
+        assert evaluation["result"]["generation"]["output_tokens_per_s"] > 0
+    assert "loads (offline, prompts batched)" in " ".join(batches.stdout.split())

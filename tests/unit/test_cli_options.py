@@ -72,7 +72,13 @@ def test_an_experiment_refuses_a_trace_level_before_it_starts() -> None:
 @pytest.mark.parametrize(
     ("given", "said"),
     [
-        (["--over", "speed"], "--over takes streams or rate, not 'speed'"),
+        (["--over", "speed"], "--over takes streams, rate or batch, not 'speed'"),
+        (["--over", "batch", "--levels", "1,2.5"], "--levels takes positive integers (batch"),
+        (["--over", "batch", "--scenario", "server"], "--over batch runs the offline scenario"),
+        (
+            ["--over", "batch", "--search", "--ttft-bound", "100"],
+            "an offline batch's TTFT counts from the phase's start",
+        ),
         (["--over", "rate", "--concurrency", "2"], "--over rate runs the server scenario"),
         (["--over", "rate", "--scenario", "offline"], "leave out --concurrency and --scenario"),
         (["--over", "rate", "--levels", "1,fast"], "--levels takes positive rates (req/s)"),

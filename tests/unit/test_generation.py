@@ -31,7 +31,7 @@ from services.workers.framework.profiling import trace
 from services.workers.framework.streams import run_streams
 from shared.errors import PredictorError, ProcessingError
 from shared.manifests import ChatTemplateStep, ModelManifest
-from shared.measurement import Offline, SingleStream, WarmupSettings
+from shared.measurement import MultiStream, Offline, SingleStream, WarmupSettings
 from shared.measurement.generation import judge_tokens, summarize_generation
 from shared.messages import (
     GeneratedRequest,
@@ -483,7 +483,7 @@ def _job(**scenario: Any) -> Any:
 @pytest.mark.parametrize(
     ("scenario", "where", "said"),
     [
-        ({"name": "offline", "batch_size": 4}, {}, "no batched generation yet"),
+        ({"name": "offline", "batch_size": 4}, {}, "names no attention_mask"),
         ({"name": "offline"}, {"served": True}, "runs the single-stream and server scenarios"),
         (
             {"name": "offline", "driver": "loadgen"},
@@ -492,7 +492,9 @@ def _job(**scenario: Any) -> Any:
         ),
         ({"driver": "loadgen"}, {"served": True}, "LoadGen's driver runs in-process models"),
         ({"driver": "loadgen", "concurrency": 2}, {}, "one generation at a time"),
-        ({"name": "multi-stream"}, {}, "(asked: multi-stream"),
+        ({"name": "multi-stream"}, {}, "names no attention_mask"),
+        ({"name": "multi-stream"}, {"served": True}, "(asked: multi-stream"),
+        ({"name": "batch-sweep"}, {}, "(asked: batch-sweep"),
     ],
 )
 def test_a_generation_refuses_the_scenarios_it_cannot_run_saying_why(
@@ -508,3 +510,86 @@ def test_an_offline_generation_is_one_prompt_a_query_with_short_warmup_windows()
     assert isinstance(plan, Offline)
     assert (plan.batch_size, plan.min_sample_count) == (1, 8)
     assert plan.warmup.window_queries == GENERATION_WARMUP
+
+
+MASKED = ModelManifest.model_validate(
+    _document(
+        inputs=[
+            *_document()["inputs"],
+            {
+                "name": "mask",
+                "element_type": "int64",
+                "shape": [-1, -1],
+                "steps": [{"op": "tokenize", "take": "attention_mask", "max_length": 64}],
+            },
+        ],
+        generation={**_document()["generation"], "attention_mask": "mask"},
+    )
+)
+
+
+class MaskedModel:
+    """``CountingModel`` for a batch: each row predicts (its last token + 1) % vocabulary, and
+    the mask must cover every position so far (cached and new), a row's padding on its left."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, int]] = []  # (rows, new tokens, cached positions)
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        ids, past, mask = feeds["ids"], feeds["past"], feeds["mask"]
+        rows, new = ids.shape
+        assert past.shape[1] == rows == mask.shape[0]
+        assert mask.shape[1] == past.shape[3] + new, "the mask covers every position so far"
+        for row in mask:  # padding only on the left: once a token, tokens to the end
+            assert list(row) == sorted(row)
+        self.calls.append((rows, new, past.shape[3]))
+        logits = np.zeros((rows, VOCABULARY), dtype=np.float32)
+        logits[np.arange(rows), (ids[:, -1] + 1) % VOCABULARY] = 1.0
+        grown = np.concatenate([past, np.ones((2, rows, 1, new, 4), np.float32)], axis=3)
+        return [logits, grown]
+
+
+def test_a_batch_of_prompts_gives_each_the_tokens_it_gets_alone() -> None:
+    model = MaskedModel()
+    generator = Generator(MASKED, model, max_new_tokens=3, ignore_eos=True)
+    asked = [np.asarray([ids], dtype=np.int64) for ids in ([3, 4, 5], [1], [6, 7])]
+    together = generator.generate_batch(asked)
+    alone = [generator.generate(prompt).tokens for prompt in asked]
+    assert [g.tokens for g in together] == alone == [[6, 7, 8], [2, 3, 4], [8, 9, 0]]
+    assert model.calls[:3] == [(3, 3, 0), (3, 1, 3), (3, 1, 4)], "one call a step for the batch"
+    assert [g.prompt_tokens for g in together] == [3, 1, 2]
+    # Every row is issued at once, and a step's time is that of each row's token it made.
+    assert len({g.issued_ns for g in together}) == 1
+    assert together[0].token_ns == together[1].token_ns == together[2].token_ns
+
+
+def test_a_row_that_ends_stops_being_recorded_while_the_others_go_on() -> None:
+    generator = Generator(MASKED, MaskedModel(), max_new_tokens=4, ignore_eos=False)
+    asked = [np.asarray([[7]], dtype=np.int64), np.asarray([[1, 2]], dtype=np.int64)]
+    first, second = generator.generate_batch(asked)
+    assert (first.tokens, first.stopped_by) == ([8, EOS], "eos")
+    assert (second.tokens, second.stopped_by) == ([3, 4, 5, 6], "max_new_tokens")
+    assert first.token_ns == second.token_ns[:2]
+
+
+def test_a_graph_without_an_attention_mask_takes_no_batch() -> None:
+    generator = Generator(MANIFEST, CountingModel(), max_new_tokens=2, ignore_eos=True)
+    asked = [np.asarray([[1]], dtype=np.int64), np.asarray([[2, 3]], dtype=np.int64)]
+    with pytest.raises(PredictorError, match="names no attention_mask"):
+        generator.generate_batch(asked)
+
+
+def test_offline_and_multi_stream_generations_batch_where_the_graph_takes_a_mask() -> None:
+    job = SimpleNamespace(manifest=MASKED, scenario=Scenario(name="offline", batch_size=4))
+    plan = generation_plan(job)  # type: ignore[arg-type]
+    assert isinstance(plan, Offline)
+    assert plan.batch_size == 4
+    job = SimpleNamespace(
+        manifest=MASKED, scenario=Scenario(name="multi-stream", samples_per_query=3)
+    )
+    multi = generation_plan(job)  # type: ignore[arg-type]
+    assert isinstance(multi, MultiStream)
+    assert multi.samples_per_query == 3
+    job.scenario = Scenario(name="multi-stream", samples_per_query=3, driver="loadgen")
+    with pytest.raises(PredictorError, match="multi-stream generation runs on dlscope's driver"):
+        generation_plan(job)  # type: ignore[arg-type]

@@ -21,7 +21,8 @@ def built(smollm2_zoo: dict[str, ModelManifest]) -> dict[str, ModelManifest]:
 
 def _cache(manifest: ModelManifest) -> tuple[int, ...]:
     # The manifest's cache shape, for a batch of one and no position yet.
-    layers, _, kv_heads, _, head_dim = manifest.inputs[1].shape
+    past_key = next(spec for spec in manifest.inputs if spec.name == "past_key")
+    layers, _, kv_heads, _, head_dim = past_key.shape
     return (layers, 1, kv_heads, 0, head_dim)
 
 
@@ -46,6 +47,22 @@ def test_onnx_and_torchscript_generate_the_same_tokens(built: dict[str, ModelMan
     module = load_torchscript(Path(script.source.uri))
     theirs = smollm.greedy(smollm._torch_step(module), cache, prompt, 12)
     assert ours == theirs
+
+
+def test_prompts_of_different_lengths_in_one_batch_get_the_tokens_each_gets_alone(
+    built: dict[str, ModelManifest],
+) -> None:
+    manifest = built["onnxruntime"]
+    assert manifest.tokenizer is not None
+    assert manifest.generation is not None
+    assert manifest.generation.attention_mask == "attention_mask"
+    tokenizer = load_tokenizer(manifest.tokenizer.uri)
+    asked = [tokenizer.encode(text).ids for text in ("Hello", "Once upon a time, in a village,")]
+    assert len(asked[0]) < len(asked[1])
+    step = smollm._onnx_step(Path(manifest.source.uri))
+    cache = _cache(manifest)
+    together = smollm.greedy_batch(step, cache, asked, 8)
+    assert together == [smollm.greedy(step, cache, prompt, 8) for prompt in asked]
 
 
 def test_the_tokenizer_splits_digits_and_keeps_chat_tokens_whole(

@@ -8,6 +8,12 @@ token: the chosen token in, the cache grown by one position. Greedy by default: 
 the highest score, the first on ties, the same rule on every framework. The time of each
 token is taken as its step returns, before the next step is prepared, and kept in a list: one
 clock read and one append per token, nothing else on the timed path.
+
+A graph with an attention mask (``generation.attention_mask``) also generates for a batch of
+prompts in one call a step: each prompt padded on the left to the longest, the mask saying
+which positions are padding, every row's token chosen by the same rule. A step's time is the
+time of every row's token it made; a row that ends (end of sequence) stops being recorded while
+the others go on, and the batch ends when every row has.
 """
 
 from __future__ import annotations
@@ -106,15 +112,52 @@ class Generator:
         assert self.manifest.generation is not None
         return self.manifest.generation
 
-    def _empty_cache(self, spec: Generation, name: str) -> np.ndarray:
+    def _empty_cache(self, spec: Generation, name: str, rows: int = 1) -> np.ndarray:
         tensor = next(s for s in self.manifest.inputs if s.name == name)
-        # A batch of one (the other free dimension), no position yet.
-        shape = [0 if axis == spec.cache_axis else max(d, 1) for axis, d in enumerate(tensor.shape)]
+        # The other free dimension is the batch; no position yet.
+        shape = [
+            0 if axis == spec.cache_axis else (rows if d == -1 else d)
+            for axis, d in enumerate(tensor.shape)
+        ]
         return np.zeros(shape, dtype=np.dtype(tensor.element_type))
 
     def empty_cache(self) -> dict[str, np.ndarray]:
         """The cache inputs of a first step: a batch of one, no position yet."""
         return dict(self._empty)
+
+    @property
+    def batches(self) -> bool:
+        """Whether the graph takes several prompts in one call (it has an attention mask)."""
+        return self.spec.attention_mask is not None
+
+    def prefill(self, prompt: np.ndarray) -> dict[str, np.ndarray]:
+        """The inputs of ``prompt``'s first step (int64 [1, n]): the prompt, an empty cache,
+        and the mask of its tokens where the graph takes one."""
+        feeds = self.empty_cache()
+        feeds[self.spec.input_ids] = prompt
+        if self.spec.attention_mask is not None:
+            feeds[self.spec.attention_mask] = np.ones_like(prompt)
+        return feeds
+
+    def _batch_prefill(self, prompts: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        spec = self.spec
+        if spec.attention_mask is None:
+            raise PredictorError(
+                f"{self.manifest.ref} takes one sequence a call (its generation names no "
+                "attention_mask): it cannot generate for a batch of prompts"
+            )
+        if len(prompts) == 1:
+            return self.prefill(prompts[0])
+        longest = max(int(p.shape[1]) for p in prompts)
+        ids = np.zeros((len(prompts), longest), dtype=prompts[0].dtype)
+        mask = np.zeros((len(prompts), longest), dtype=np.int64)
+        for row, prompt in enumerate(prompts):
+            ids[row, longest - prompt.shape[1] :] = prompt[0]
+            mask[row, longest - prompt.shape[1] :] = 1
+        feeds = {link.past: self._empty_cache(spec, link.past, len(prompts)) for link in spec.cache}
+        feeds[spec.input_ids] = ids
+        feeds[spec.attention_mask] = mask
+        return feeds
 
     @staticmethod
     def _greedy(scores: np.ndarray) -> int:
@@ -152,9 +195,10 @@ class Generator:
         predict, outputs = self.predict, self._outputs
         logits_at = outputs[spec.logits]
         links = [(link.past, outputs[link.present]) for link in spec.cache]
+        masked = spec.attention_mask
         stops = () if self.ignore_eos else tuple(spec.eos_token_ids)
-        feeds = dict(self._empty)
-        feeds[spec.input_ids] = prompt
+        feeds = self.prefill(prompt)
+        positions = int(prompt.shape[1])
         tokens: list[int] = []
         token_ns: list[int] = []
         stopped_by = "max_new_tokens"
@@ -173,7 +217,70 @@ class Generator:
                 break
             feeds = {past: result[at] for past, at in links}
             feeds[spec.input_ids] = np.asarray([[token]], dtype=prompt.dtype)
+            if masked is not None:
+                positions += 1
+                feeds[masked] = np.ones((1, positions), dtype=np.int64)
         return Generated(issued, int(prompt.shape[1]), tokens, token_ns, stopped_by)
+
+    def generate_batch(self, prompts: Sequence[np.ndarray]) -> list[Generated]:
+        """``generate`` for several prompts in one call a step (the graph must take an
+        attention mask): each prompt's tokens and their times, in the prompts' order. Every
+        row is issued at once; each step's time is that of every token it made."""
+        if len(prompts) == 1:
+            return [self.generate(prompts[0])]
+        spec = self.spec
+        clock = time.perf_counter_ns
+        predict, outputs = self.predict, self._outputs
+        logits_at = outputs[spec.logits]
+        links = [(link.past, outputs[link.present]) for link in spec.cache]
+        stops = frozenset(() if self.ignore_eos else spec.eos_token_ids)
+        feeds = self._batch_prefill(prompts)
+        assert spec.attention_mask is not None
+        mask = feeds[spec.attention_mask]
+        rows = len(prompts)
+        tokens: list[list[int]] = [[] for _ in range(rows)]
+        token_ns: list[list[int]] = [[] for _ in range(rows)]
+        stopped_by = ["max_new_tokens"] * rows
+        live = list(range(rows))
+        if self.temperature == 0:
+            choose: Callable[[np.ndarray], list[int]] = _greedy_rows
+        else:
+            samplers = [self._sampler(next(self._requests)) for _ in range(rows)]
+
+            def choose(scores: np.ndarray) -> list[int]:
+                return [draw(row) for draw, row in zip(samplers, scores, strict=True)]
+
+        issued = clock()
+        for _ in range(self.max_new_tokens):
+            result = predict(feeds)
+            chosen = choose(result[logits_at])
+            now = clock()
+            for row in live:
+                tokens[row].append(chosen[row])
+                token_ns[row].append(now)
+            if stops:
+                ended = [row for row in live if chosen[row] in stops]
+                for row in ended:
+                    stopped_by[row] = "eos"
+                live = [row for row in live if row not in ended]
+                if not live:
+                    break
+            feeds = {past: result[at] for past, at in links}
+            # A row that ended still takes a step (the batch's shape is fixed); its tokens are
+            # no longer recorded.
+            feeds[spec.input_ids] = np.asarray(chosen, dtype=prompts[0].dtype).reshape(rows, 1)
+            mask = np.concatenate([mask, np.ones((rows, 1), dtype=mask.dtype)], axis=1)
+            feeds[spec.attention_mask] = mask
+        return [
+            Generated(issued, int(prompt.shape[1]), tokens[row], token_ns[row], stopped_by[row])
+            for row, prompt in enumerate(prompts)
+        ]
+
+
+def _greedy_rows(scores: np.ndarray) -> list[int]:
+    # Each row's highest score, the first on ties: the rule of ``Generator._greedy``.
+    chosen: list[int] = np.argmax(scores, axis=-1).tolist()
+    return chosen
 
 
 def check_context(manifest: ModelManifest, prompt_tokens: int, max_new_tokens: int) -> None:
@@ -320,6 +427,8 @@ def perplexity(
         feeds = generator.empty_cache()
         for position in range(len(tokens) - 1):
             feeds[spec.input_ids] = tokens[position : position + 1].reshape(1, 1)
+            if spec.attention_mask is not None:
+                feeds[spec.attention_mask] = np.ones((1, position + 1), dtype=np.int64)
             result = predict(feeds)
             scores = np.asarray(result[logits_at][0], dtype=np.float64)
             top = float(np.max(scores))

@@ -42,6 +42,7 @@ from shared.measurement.progress import OnStep, Step, ignore_steps
 from shared.measurement.readings import MachineWatch
 from shared.messages import (
     GenerationRecord,
+    MultiStream,
     Offline,
     RunEvaluation,
     ScenarioResult,
@@ -88,26 +89,43 @@ def _check_vocabulary(job: RunEvaluation, tokens: int) -> None:
         )
 
 
-def generation_plan(job: RunEvaluation, *, served: bool = False) -> SingleStream | Server | Offline:
+GenerationPlan = SingleStream | Server | Offline | MultiStream
+
+
+def generation_plan(job: RunEvaluation, *, served: bool = False) -> GenerationPlan:
     """The scenario a generative job runs, in-process or ``served``: single-stream (with its
-    concurrency) or server, one prompt a query, or (in-process) every prompt at once,
-    generated one after another; with warm-up windows of generations; through dlscope's
-    driver, or (in-process, one stream) LoadGen's."""
+    concurrency) or server, one prompt a query; in-process also offline (every prompt at
+    once, generated in batches of ``batch_size`` one after another) and multi-stream (a query
+    of ``samples_per_query`` prompts generated together, the next when it completes), a batch
+    above 1 where the graph takes an attention mask; with warm-up windows of generations;
+    through dlscope's driver, or (in-process, one stream) LoadGen's."""
     plan = job.scenario.measurement()
     scenario = job.scenario
-    offline_here = not served and isinstance(plan, Offline) and plan.batch_size == 1
-    if not (isinstance(plan, SingleStream | Server) or offline_here):
-        runs = "single-stream and server" if served else "single-stream, server and offline"
-        raise PredictorError(
-            f"{job.manifest.ref} generates text: it runs the {runs} scenarios, one prompt a "
-            f"generation (no batched generation yet: the graph takes one sequence, without an "
-            f"attention mask) (asked: {scenario.name}, batch size {scenario.batch_size})"
+    batched = isinstance(plan, Offline | MultiStream)
+    if not (isinstance(plan, SingleStream | Server) or (batched and not served)):
+        runs = (
+            "single-stream and server"
+            if served
+            else "single-stream, server, offline and multi-stream"
         )
-    assert isinstance(plan, SingleStream | Server | Offline)
-    if isinstance(plan, Offline) and scenario.driver == "loadgen":
         raise PredictorError(
-            "an offline generation runs on dlscope's driver; LoadGen's runs single-stream "
-            "and server generations"
+            f"{job.manifest.ref} generates text: it runs the {runs} scenarios "
+            f"(asked: {scenario.name})"
+        )
+    assert isinstance(plan, SingleStream | Server | Offline | MultiStream)
+    spec = job.manifest.generation
+    assert spec is not None
+    rows = plan.batch_size if isinstance(plan, Offline) else plan.samples_per_query
+    if rows > 1 and spec.attention_mask is None:
+        raise PredictorError(
+            f"{job.manifest.ref} takes one sequence a call: its generation names no "
+            f"attention_mask, so its prompts cannot share a batch (asked: {scenario.name}, "
+            f"{rows} prompts a query); run it with one"
+        )
+    if batched and scenario.driver == "loadgen":
+        raise PredictorError(
+            f"an {scenario.name} generation runs on dlscope's driver; LoadGen's runs "
+            "single-stream and server generations"
         )
     if scenario.driver == "loadgen" and served:
         raise PredictorError(
@@ -187,7 +205,7 @@ def _timed_by_loadgen(
 
 def _timed(
     job: RunEvaluation,
-    plan: SingleStream | Server | Offline,
+    plan: GenerationPlan,
     generator: Generator,
     asked: list[np.ndarray],
     load_ns: int,
@@ -212,10 +230,14 @@ def _timed(
         scheduled = None  # a stream issues each request when it is free: no queue
     else:
         generated: list[Generated] = []
-        keep = generated.append
+        keep, keep_all = generated.append, generated.extend
+        together = generator.generate_batch
 
         def run_query(samples: Sequence[int]) -> object:
-            keep(generate(asked[samples[0]]))
+            if len(samples) == 1:
+                keep(generate(asked[samples[0]]))
+            else:  # an offline batch or a multi-stream query: its prompts in one call a step
+                keep_all(together([asked[i] for i in samples]))
             return None
 
         native = run_scenario(
@@ -223,10 +245,11 @@ def _timed(
         )
         # The driver called run_query for the cold query, the warm-up, then the timed ones:
         # the last of the generations are the timed requests, in order.
-        timed = generated[-len(native.phases[0].latencies_ns) :]
+        phase = native.phases[0]
+        timed = generated[-len(phase.latencies_ns) * phase.samples_per_query :]
         if isinstance(plan, Offline):
             # Offline issues every request at once: each is scheduled at the phase's start
-            # (the first one's issue, a clock read after it), as MLPerf's offline scenario
+            # (the first batch's issue, a clock read after it), as MLPerf's offline scenario
             # has it; its headline is the tokens per second.
             scheduled = [timed[0].issued_ns] * len(timed)
         else:
@@ -306,7 +329,7 @@ def measure_generation(
         before_ns = probe_ns()
         native = loadgen = None
         if scenario.driver == "loadgen":
-            assert not isinstance(plan, Offline)
+            assert isinstance(plan, SingleStream | Server)
             loadgen, generation = _timed_by_loadgen(
                 job, plan, generator, asked, load_ns, on_step, watch, results_dir
             )
@@ -327,7 +350,7 @@ def measure_generation(
             )
         on_step(Step("recording the greedy tokens (parity)"))
         fingerprint = generation_fingerprint(generator, asked[0], *prompt_origin(job, dataset))
-        prefill = {**generator.empty_cache(), generator.spec.input_ids: asked[0]}
+        prefill = generator.prefill(asked[0])
         tracing = trace(
             predictor,
             job.trace_level,

@@ -69,7 +69,6 @@ from shared.measurement.warmup import warm_up
 from shared.messages import (
     HarnessOverhead,
     LevelOutcome,
-    Offline,
     RunEvaluation,
     ScenarioResult,
     ServedRun,
@@ -209,7 +208,7 @@ def measure_served(
         raise PredictorError(f"{job.manifest.ref} has no tokenizer to count tokens with")
     on_step(Step("preparing the prompts"))
     plan = generation_plan(job, served=True)
-    assert not isinstance(plan, Offline), "offline is refused for a served model"
+    assert isinstance(plan, SingleStream | Server), "offline and multi-stream are refused"
     scenario = job.scenario
     tokenizer = load_tokenizer(str(tokenizer_path))
     dataset, asked, sent, api = _prompts(job, plan, tokenizer)
