@@ -25,11 +25,12 @@ those the prompt gets alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,14 +89,25 @@ def _run(scale: float) -> dict[str, Any]:
     }
 
 
-def _compare(framework: str, manifest: ModelManifest, folder: Path, rounds: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def _opened(
+    framework: str, manifest: ModelManifest, folder: Path, count: int, seed: int
+) -> Iterator[tuple[Predictor, Generator, list[np.ndarray]]]:
+    """The model open on ``framework``, its generator (``TOKENS`` tokens a request, end of
+    sequence ignored) and ``count`` seeded prompts of 64 vocabulary words; closed after."""
     assert manifest.tokenizer is not None
     tokenizer = load_tokenizer(str(folder / Path(manifest.tokenizer.uri).name))
-    asked = prompts(manifest, synthetic_texts(tokenizer, rounds, 64, seed=0), tokenizer)
+    asked = prompts(manifest, synthetic_texts(tokenizer, count, 64, seed=seed), tokenizer)
     predictor = predictor_factory(framework).create()
     predictor.open(manifest, folder / Path(manifest.source.uri).name, hardware="cpu")
     try:
-        generator = Generator(manifest, predictor.predict, TOKENS, ignore_eos=True)
+        yield predictor, Generator(manifest, predictor.predict, TOKENS, ignore_eos=True), asked
+    finally:
+        predictor.close()
+
+
+def _compare(framework: str, manifest: ModelManifest, folder: Path, rounds: int) -> dict[str, Any]:
+    with _opened(framework, manifest, folder, rounds, seed=0) as (predictor, generator, asked):
         bare = _bare_loop(framework, predictor, generator)
         for prompt in asked[:WARMUP]:
             generator.generate(prompt)
@@ -110,8 +122,6 @@ def _compare(framework: str, manifest: ModelManifest, folder: Path, rounds: int)
             bare_ttft.append(prefill)
             bare_tpot.append(decode / (TOKENS - 1))
         described = predictor.describe()
-    finally:
-        predictor.close()
     ratios = [ours / theirs for ours, theirs in zip(ours_tpot, bare_tpot, strict=True)]
     tpot_ms = statistics.median(ours_tpot) / 1e6
     return {
@@ -134,14 +144,7 @@ def _compare(framework: str, manifest: ModelManifest, folder: Path, rounds: int)
 
 def _batches(framework: str, manifest: ModelManifest, folder: Path) -> dict[str, Any]:
     """Output tokens/s and step time at each batch size, on the same prompts."""
-    assert manifest.tokenizer is not None
-    tokenizer = load_tokenizer(str(folder / Path(manifest.tokenizer.uri).name))
-    texts = synthetic_texts(tokenizer, BATCH_PROMPTS, 64, seed=1)
-    asked = prompts(manifest, texts, tokenizer)
-    predictor = predictor_factory(framework).create()
-    predictor.open(manifest, folder / Path(manifest.source.uri).name, hardware="cpu")
-    try:
-        generator = Generator(manifest, predictor.predict, TOKENS, ignore_eos=True)
+    with _opened(framework, manifest, folder, BATCH_PROMPTS, seed=1) as (_, generator, asked):
         alone = [generator.generate(prompt).tokens for prompt in asked]
         walls: dict[int, list[float]] = {size: [] for size in BATCH_SIZES}
         steps: dict[int, list[float]] = {size: [] for size in BATCH_SIZES}
@@ -156,8 +159,6 @@ def _batches(framework: str, manifest: ModelManifest, folder: Path) -> dict[str,
                 for g in done:
                     steps[size].extend(np.diff(g.token_ns) / 1e6)
                 agree[size] &= [g.tokens for g in done] == alone
-    finally:
-        predictor.close()
     return {
         f"batch_{size}": {
             "output_tokens_per_s": BATCH_PROMPTS * TOKENS / statistics.median(walls[size]),

@@ -177,16 +177,8 @@ def _checked(
         kind = "streams"
     elif over == "rate":
         kind = "rate"
-        if options.concurrency not in (None, 1) or options.scenario not in (
-            "single-stream",
-            "server",
-        ):
-            raise fail(
-                "--over rate runs the server scenario at each rate: leave out "
-                "--concurrency and --scenario",
-                2,
-            )
-        options = dataclasses.replace(options, scenario="server", qps=start_rate)
+        options = _in_scenario(options, "rate", "server", "rate")
+        options = dataclasses.replace(options, qps=start_rate)
     elif over == "batch":
         kind = "batch"
         if search:
@@ -196,20 +188,25 @@ def _checked(
                 "--over batch runs the --levels given",
                 2,
             )
-        if options.concurrency not in (None, 1) or options.scenario not in (
-            "single-stream",
-            "offline",
-        ):
-            raise fail(
-                "--over batch runs the offline scenario at each batch size: leave out "
-                "--concurrency and --scenario",
-                2,
-            )
-        options = dataclasses.replace(options, scenario="offline")
+        options = _in_scenario(options, "batch", "offline", "batch size")
     else:
         raise fail(f"--over takes streams, rate or batch, not {over!r}", 2)
     options.wire_scenario()
     return options, kind
+
+
+def _in_scenario(
+    options: EvaluationOptions, over: str, scenario: str, each: str
+) -> EvaluationOptions:
+    """``options`` in ``scenario``, which ``--over`` sets at each load: one the user named
+    otherwise, or concurrent streams, are refused before the first load runs."""
+    if options.concurrency not in (None, 1) or options.scenario not in ("single-stream", scenario):
+        raise fail(
+            f"--over {over} runs the {scenario} scenario at each {each}: leave out "
+            "--concurrency and --scenario",
+            2,
+        )
+    return dataclasses.replace(options, scenario=scenario)
 
 
 def _close(client: Client) -> None:

@@ -36,7 +36,7 @@ from dlscope.zoo.llama import LlamaConfig, LlamaStep, read_gguf
 from shared.artifacts import sha256_of
 from shared.errors import ArtifactError
 from shared.manifests import FrameworkName, ModelManifest
-from shared.processing.text import load_tokenizer
+from shared.processing.text import left_padded, load_tokenizer
 
 __all__ = ["CHECK_PROMPTS", "SMOLLM_MODELS", "build_smollm", "greedy", "greedy_batch"]
 
@@ -113,12 +113,7 @@ def greedy_batch(
 ) -> list[list[int]]:
     """``greedy`` for several prompts in one batch: each padded on the left to the longest,
     the attention mask saying which positions are padding."""
-    longest = max(len(p) for p in prompts)
-    ids = np.zeros((len(prompts), longest), dtype=np.int64)
-    mask = np.zeros_like(ids)
-    for row, prompt in enumerate(prompts):
-        ids[row, longest - len(prompt) :] = prompt
-        mask[row, longest - len(prompt) :] = 1
+    ids, mask = left_padded(prompts)
     rows = (cache[0], len(prompts), *cache[2:])
     past_key = past_value = np.zeros(rows, dtype=np.float32)
     generated: list[list[int]] = [[] for _ in prompts]

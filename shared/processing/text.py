@@ -22,7 +22,14 @@ from shared.processing.errors import ProcessingError
 if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
 
-__all__ = ["load_tokenizer", "render_chat", "synthetic_texts", "tokenize", "vocabulary_size"]
+__all__ = [
+    "left_padded",
+    "load_tokenizer",
+    "render_chat",
+    "synthetic_texts",
+    "tokenize",
+    "vocabulary_size",
+]
 
 
 @functools.lru_cache(maxsize=8)
@@ -67,6 +74,20 @@ def tokenize(step: TokenizeStep, texts: Sequence[object], tokenizer: Tokenizer) 
         }[step.take]
         tensor[row, : len(values)] = values
     return tensor
+
+
+def left_padded(prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of prompts of different lengths as one int64 [batch, longest] batch for a
+    generation, each padded on the left (so every row's last position is a real token), with
+    its attention mask (1 for a token, 0 for padding). The padding's id is 0: the mask hides
+    it, whatever token that is."""
+    longest = max(len(prompt) for prompt in prompts)
+    ids = np.zeros((len(prompts), longest), dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, longest - len(prompt) :] = prompt
+        mask[row, longest - len(prompt) :] = 1
+    return ids, mask
 
 
 def vocabulary_size(tokenizer: Tokenizer) -> int:

@@ -38,6 +38,7 @@ from shared.messages import (
     Perplexity,
 )
 from shared.processing import preprocess_batch
+from shared.processing.text import left_padded
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -125,11 +126,6 @@ class Generator:
         """The cache inputs of a first step: a batch of one, no position yet."""
         return dict(self._empty)
 
-    @property
-    def batches(self) -> bool:
-        """Whether the graph takes several prompts in one call (it has an attention mask)."""
-        return self.spec.attention_mask is not None
-
     def prefill(self, prompt: np.ndarray) -> dict[str, np.ndarray]:
         """The inputs of ``prompt``'s first step (int64 [1, n]): the prompt, an empty cache,
         and the mask of its tokens where the graph takes one."""
@@ -146,14 +142,7 @@ class Generator:
                 f"{self.manifest.ref} takes one sequence a call (its generation names no "
                 "attention_mask): it cannot generate for a batch of prompts"
             )
-        if len(prompts) == 1:
-            return self.prefill(prompts[0])
-        longest = max(int(p.shape[1]) for p in prompts)
-        ids = np.zeros((len(prompts), longest), dtype=prompts[0].dtype)
-        mask = np.zeros((len(prompts), longest), dtype=np.int64)
-        for row, prompt in enumerate(prompts):
-            ids[row, longest - prompt.shape[1] :] = prompt[0]
-            mask[row, longest - prompt.shape[1] :] = 1
+        ids, mask = left_padded([prompt[0] for prompt in prompts])
         feeds = {link.past: self._empty_cache(spec, link.past, len(prompts)) for link in spec.cache}
         feeds[spec.input_ids] = ids
         feeds[spec.attention_mask] = mask
