@@ -61,7 +61,10 @@ async def deployment(
             await deployed.ready(http)
         yield deployed, link
     finally:
-        deployed.stop_all()
+        # In a thread: the link is carried by this event loop, and a service stopping says
+        # goodbye to the broker through it (cancelling its consumers, closing its channels).
+        # Blocking the loop meanwhile left each of those calls unanswered until its timeout.
+        await asyncio.to_thread(deployed.stop_all)
         await link.close()
         await purge_namespace(rabbitmq_url, deployed.namespace)
 
