@@ -7,6 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MODEL ?= squeezenet
 LLAMA := .venv-llama
+VLLM := .venv-vllm
 # Portable: AVX2 and FMA, not what the build host happens to have (requirements/llama-server.txt).
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_CURL=OFF
@@ -26,6 +27,16 @@ $(LLAMA)/.installed: requirements/llama-server.txt
 		$(LLAMA)/bin/pip install --quiet --disable-pip-version-check -r requirements/llama-server.txt
 	touch $@
 
+# The wheels it pulls for torchvision, torchaudio and torchcodec do not load beside torch+cpu,
+# and vLLM does not need them to serve a language model.
+$(VLLM)/.installed: requirements/vllm-server.txt scripts/vllm-checkpoint.py $(VENV)/.installed
+	$(PYTHON) -m venv $(VLLM)
+	$(VLLM)/bin/pip install --quiet --disable-pip-version-check -r requirements/vllm-server.txt
+	$(VLLM)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM)/bin/python scripts/vllm-checkpoint.py --out $(VLLM)/smollm2 \
+		--gguf "$$($(BIN)/python -c 'from dlscope.zoo import smollm; print(smollm._gguf_path())')"
+	touch $@
+
 run: $(VENV)/.installed
 	$(BIN)/dlscope run $(MODEL) --json $(or $(DLSCOPE_HOME),$(HOME)/.dlscope)/last-run.json
 
@@ -39,11 +50,11 @@ services:
 	bash scripts/ensure-services.sh
 	bash scripts/ensure-browser.sh
 
-test: $(VENV)/.installed $(LLAMA)/.installed services lint
+test: $(VENV)/.installed $(LLAMA)/.installed $(VLLM)/.installed services lint
 	$(BIN)/pytest
 
 bench: $(VENV)/.installed services
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) $(LLAMA) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LLAMA) $(VLLM) .mypy_cache .pytest_cache .ruff_cache

@@ -16,7 +16,16 @@ import httpx
 from dlscope.zoo import smollm
 from shared.config import REPOSITORY_ROOT
 
-__all__ = ["EOS", "KEY", "NOT_BUILT", "SERVED", "SERVER_PYTHON", "free_port", "llama_server"]
+__all__ = [
+    "EOS",
+    "KEY",
+    "NOT_BUILT",
+    "SERVED",
+    "SERVER_PYTHON",
+    "free_port",
+    "llama_server",
+    "serving",
+]
 
 SERVER_PYTHON = REPOSITORY_ROOT / ".venv-llama" / "bin" / "python"
 SERVED = "smollm2"
@@ -62,22 +71,32 @@ def llama_server(log: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    url = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"llama.cpp's server exited: {log.read_text()[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                answer = httpx.get(
-                    f"{url}/models", timeout=1, headers={"Authorization": f"Bearer {KEY}"}
-                )
-                if answer.status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama.cpp's server did not answer: {log.read_text()}")
-            time.sleep(0.2)
+        url = serving(process, port, log, what="llama.cpp's server", timeout=120)
         yield url, process
     finally:
         process.kill()
         process.wait(timeout=30)
+
+
+def serving(
+    process: subprocess.Popen[bytes], port: int, log: Path, *, what: str, timeout: float
+) -> str:
+    """The API root of a server ``process`` starting on ``port``, once it lists its models
+    to the key ``KEY``; a RuntimeError with its log's end if it exits or does not answer."""
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log.read_text(errors='replace')[-4000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            answer = httpx.get(
+                f"{url}/models", timeout=1, headers={"Authorization": f"Bearer {KEY}"}
+            )
+            if answer.status_code == 200:
+                return url
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{what} did not answer in {timeout:g} s: {log.read_text(errors='replace')[-4000:]}"
+            )
+        time.sleep(0.2)
