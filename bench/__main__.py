@@ -25,6 +25,7 @@ BENCHMARKS = (
     "interference",
     "generation",
     "endpoint",
+    "vllm_agreement",
 )
 
 

@@ -216,6 +216,25 @@ def test_a_sweep_of_loads_runs_on_a_served_model(
         assert generation["requests"] >= 4
     assert "smollm2 on endpoint: loads" in " ".join(swept.stdout.split())
 
+    # The goodput search against the server: one stream's p50 TTFT is its prefill; two
+    # streams on one server queue behind each other, so a bound of 1.5 x one stream's median
+    # separates them on any machine.
+    alone = loads["1"]["result"]["generation"]["ttft"]["median"]["value_ns"] / 1e6
+    search_file = tmp_path / "search.json"
+    searched = dlscope(
+        smollm2_home,
+        *("sweep", "smollm2", "--framework", "endpoint", "--endpoint", server, "--search"),
+        *("--max-concurrency", "4", "-n", "12", "--min-duration", "0", "--max-new-tokens", "4"),
+        *("--slo-percentile", "0.5", "--ttft-bound", f"{alone * 1.5:.1f}"),
+        *("--json", str(search_file)),
+        DLSCOPE_ENDPOINT_API_KEY=KEY,
+    )
+    assert searched.returncode == 0, searched.stderr + searched.stdout
+    search = json.loads(search_file.read_text())["search"]
+    assert search["probes"][0]["load"] == 1
+    assert search["probes"][0]["judgement"] in ("meets", "indeterminate")
+    assert "goodput search: the highest load meeting p50 TTFT" in " ".join(searched.stdout.split())
+
 
 @pytest.mark.rabbitmq
 @pytest.mark.postgres
