@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.llama_server import KEY, SERVED
-from harness.vllm_server import NOT_INSTALLED, VENV, VLLM, vllm_server
+from harness.vllm_server import CHECKPOINT, NOT_INSTALLED, PLATFORM, VLLM, vllm_server
 from shared.config import REPOSITORY_ROOT
 
 __all__ = ["run"]
@@ -75,13 +75,13 @@ def _vllm_bench(url: str, result: Path) -> dict[str, float]:
             str(VLLM),
             *("bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions"),
             *("--base-url", url.removesuffix("/v1"), "--model", SERVED),
-            *("--tokenizer", str(VENV / "smollm2"), "--dataset-name", "random"),
+            *("--tokenizer", str(CHECKPOINT), "--dataset-name", "random"),
             *("--random-input-len", str(INPUT_TOKENS), "--random-output-len", str(OUTPUT_TOKENS)),
             *("--num-prompts", str(REQUESTS), "--max-concurrency", "1", "--ignore-eos"),
             *("--save-result", "--result-dir", str(result.parent)),
             *("--result-filename", result.name),
         ],
-        env={**os.environ, "OPENAI_API_KEY": KEY, "VLLM_TARGET_DEVICE": "cpu"},
+        env={**os.environ, **PLATFORM, "OPENAI_API_KEY": KEY},
         check=True,
         capture_output=True,
         timeout=600,

