@@ -37,6 +37,7 @@ import numpy as np
 
 from bench.common import median_ci95, percentiles
 from dlscope.cli.live import parse_line
+from harness.quiet import wait_until_quiet
 from services.workers.framework.inputs import synthetic_inputs
 from services.workers.framework.predictors import predictor_factory
 from shared.artifacts import ArtifactCache
@@ -53,8 +54,6 @@ OVERHEAD_ROUNDS = int(os.environ.get("DLSCOPE_BENCH_ROUNDS", "40"))
 # Each run: 64 queries at least, 3 s of them; the hogs start 1 s in.
 RUN = ["squeezenet", "-n", "64", "--min-duration", "3"]
 HOG_DELAY_S = 1.0
-# Each run starts once a second of the machine's time was at most this busy.
-QUIET_BELOW = 0.05
 INTERFERENCE = {
     "other_processes_used_cpu",
     "cpu_steal",
@@ -93,7 +92,7 @@ def _cpu_model() -> str:
 def _overhead() -> dict[str, Any]:
     from dlscope.zoo import build_digits
 
-    busy_before = _wait_until_quiet()
+    busy_before = wait_until_quiet()
     watch = MachineWatch()
     snapshot_us = _snapshot_cost_us(watch)
     results: dict[str, Any] = {"machine_busy_before": busy_before, "snapshot_us": snapshot_us}
@@ -196,30 +195,6 @@ def _detection() -> dict[str, Any]:
     }
 
 
-def _machine_busy(seconds: float = 1.0) -> float:
-    """The share of every CPU's time that was busy over ``seconds`` (/proc/stat)."""
-
-    def busy_total() -> tuple[int, int]:
-        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-        user, nice, system, idle, iowait, irq, softirq, steal = values
-        busy = user + nice + system + irq + softirq + steal
-        return busy, busy + idle + iowait
-
-    busy0, total0 = busy_total()
-    time.sleep(seconds)
-    busy1, total1 = busy_total()
-    return (busy1 - busy0) / max(total1 - total0, 1)
-
-
-def _wait_until_quiet(limit: float = QUIET_BELOW, patience_s: float = 900) -> float:
-    """Wait (up to ``patience_s``) for a second in which the machine is nearly idle: a quiet
-    run must start quiet. The busy share last seen."""
-    deadline = time.monotonic() + patience_s
-    while (busy := _machine_busy()) > limit and time.monotonic() < deadline:
-        time.sleep(2)
-    return busy
-
-
 def _one_run(home: Path, number: int, *, hogs: int) -> dict[str, Any]:
     """One ``dlscope run``, with ``hogs`` busy loops started a second into its timed window."""
     result = home / f"run-{hogs}-{number}.json"
@@ -228,7 +203,7 @@ def _one_run(home: Path, number: int, *, hogs: int) -> dict[str, Any]:
         "DLSCOPE_HOME": str(home),
         "DLSCOPE_PROGRESS": "lines",
     }
-    busy_before = _wait_until_quiet()
+    busy_before = wait_until_quiet()
     load = os.getloadavg()[0]
     started: list[subprocess.Popen[bytes]] = []
     with subprocess.Popen(

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
+from harness.quiet import wait_until_quiet
 from harness.waiting import evaluation_outcome
 from tests.integration.conftest import Stack
 
@@ -30,10 +31,14 @@ def codes(result: dict[str, Any]) -> set[str]:
 
 
 async def test_a_quiet_run_is_valid_and_says_what_it_cost(any_stack: Stack) -> None:
+    # A quiet run starts on a quiet machine: the tests before this one leave the database and
+    # the broker housekeeping to finish (e.g. a vacuum, deleted queues), which the verdict
+    # rightly counts against the run.
+    busy = await asyncio.to_thread(wait_until_quiet, patience_s=120)
     evaluation = await any_stack.evaluate("squeezenet", scenario=QUIET)
     assert evaluation["status"] == "completed", evaluation["error"]
     result = evaluation["result"]
-    assert result["verdict"]["status"] == "VALID", result["verdict"]["reasons"]
+    assert result["verdict"]["status"] == "VALID", (busy, result["verdict"]["reasons"])
     machine = result["machine"]
     cost = machine["cost"]
     assert cost["queries"] == result["count"]
