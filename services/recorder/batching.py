@@ -37,10 +37,11 @@ class _Submission:
 
 
 class BatchWriter:
-    def __init__(self, write: Write, *, max_batch: int = 500) -> None:
+    def __init__(self, write: Write, *, max_batch: int = 2000) -> None:
         self._write = write
         # Events per transaction, give or take one delivery's batch (never split: its events
-        # are acknowledged together).
+        # are acknowledged together). Each transaction costs its round trips and statements
+        # whatever its size: 2 000 stored a backlog about a fifth faster than 500 (issue 24).
         self._max_batch = max_batch
         self._pending: list[_Submission] = []
         self._flusher: asyncio.Task[None] | None = None
