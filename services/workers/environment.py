@@ -58,6 +58,8 @@ _HEAVY_LISTED = 5
 _OURS = "a dlscope framework process, running as this evaluation started"
 # CPU times tick every 10 ms: over a shorter window a rate could be off by 10 points or more.
 _SHORTEST_WINDOW_S = 0.1
+# One read of /proc/<pid>/stat: its line is a few hundred bytes (52 fields and the name).
+_STAT_BYTES = 4096
 _NVIDIA_SMI_QUERY = "index,name,memory.total,driver_version,uuid"
 
 
@@ -254,13 +256,20 @@ def _processes(proc: Path = _PROC) -> Iterator[tuple[int, str, float, float]]:
             if times is not None and started is not None:
                 yield process.pid, process.info["name"], times.user + times.system, started
         return
-    with os.scandir(proc) as entries:
-        pids = [entry.name for entry in entries if entry.name.isdigit()]
+    # Plain strings and descriptors, not pathlib: its objects cost more than the reads do.
+    root = os.fspath(proc)
+    pids = [name for name in os.listdir(root) if name.isdigit()]
     for pid in pids:
         try:
-            stat = (proc / pid / "stat").read_bytes()
+            descriptor = os.open(f"{root}/{pid}/stat", os.O_RDONLY)
         except OSError:
             continue  # gone since the listing, or not ours to read
+        try:
+            stat = os.read(descriptor, _STAT_BYTES)
+        except OSError:
+            continue
+        finally:
+            os.close(descriptor)
         # "pid (comm) state ppid ...": the name may hold spaces and parentheses.
         head, _, rest = stat.rpartition(b")")
         fields = rest.split()
