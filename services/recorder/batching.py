@@ -14,23 +14,21 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from shared.eventstore import Entry, entry
 from shared.messages import Envelope, Payload
 
 __all__ = ["BatchWriter"]
 
 
 class Write(Protocol):
-    """``EventStore.append``: envelopes and their checked payloads, stored flags back."""
+    """``EventStore.append_entries``: events ready for the log, stored flags back."""
 
-    def __call__(
-        self, envelopes: Sequence[Envelope], *, checked: Sequence[Payload] | None = None
-    ) -> Awaitable[list[bool]]: ...
+    def __call__(self, entries: Sequence[Entry]) -> Awaitable[list[bool]]: ...
 
 
 @dataclass(slots=True)
 class _Submission:
-    envelopes: Sequence[Envelope]
-    payloads: Sequence[Payload]
+    entries: list[Entry]
     stored: asyncio.Future[list[bool]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -51,7 +49,12 @@ class BatchWriter:
     ) -> list[bool]:
         """Store ``envelopes``, whose payloads read are ``payloads``, in order; for each, True
         if it was new, False if it was already stored."""
-        submission = _Submission(envelopes, payloads)
+        # Each made ready for the log here, as it arrives: while a transaction waits on the
+        # database, the loop prepares the next one's events instead of idling.
+        ready = [
+            entry(envelope, payload) for envelope, payload in zip(envelopes, payloads, strict=True)
+        ]
+        submission = _Submission(ready)
         self._pending.append(submission)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())
@@ -65,7 +68,7 @@ class BatchWriter:
     def _take(self) -> list[_Submission]:
         taken, events = 0, 0
         while taken < len(self._pending) and (taken == 0 or events < self._max_batch):
-            events += len(self._pending[taken].envelopes)
+            events += len(self._pending[taken].entries)
             taken += 1
         batch = self._pending[:taken]
         del self._pending[:taken]
@@ -78,10 +81,7 @@ class BatchWriter:
             while self._pending:
                 batch = self._take()
                 try:
-                    stored = await self._write(
-                        [envelope for s in batch for envelope in s.envelopes],
-                        checked=[payload for s in batch for payload in s.payloads],
-                    )
+                    stored = await self._write([item for s in batch for item in s.entries])
                 except Exception as exc:
                     # Fail what is waiting too: writing later events before the failed ones
                     # are retried would put a stream out of order.
@@ -93,7 +93,7 @@ class BatchWriter:
                     return
                 start = 0
                 for submission in batch:
-                    end = start + len(submission.envelopes)
+                    end = start + len(submission.entries)
                     if not submission.stored.done():
                         submission.stored.set_result(stored[start:end])
                     start = end

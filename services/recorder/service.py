@@ -58,7 +58,7 @@ class RecorderService:
             what=f"{self.name}: migrating the event store",
         )
         self._store = EventStore.from_url(url)
-        self._writer = BatchWriter(self._store.append)
+        self._writer = BatchWriter(self._store.append_entries)
         await self._bus.start()  # declares every partition's queue (the runtime's bus does)
         topology, partitions = self._bus.topology, self._settings.recorder_partitions
         queue = topology.recorder_queue(self.partition, partitions)

@@ -8,7 +8,7 @@ answer from the log (``stream_events``, ``read_streams``, ``read_all``) or its p
 """
 
 from shared.eventstore.migrate import current_revision, head_revision, upgrade
-from shared.eventstore.store import EventStore
+from shared.eventstore.store import Entry, EventStore, entry
 from shared.eventstore.views import (
     AGENT_STATUSES,
     EVALUATION_STATUSES,
@@ -30,6 +30,7 @@ __all__ = [
     "AgentStatus",
     "AgentView",
     "ArtifactView",
+    "Entry",
     "EvaluationStatus",
     "EvaluationView",
     "EventStore",
@@ -37,6 +38,7 @@ __all__ = [
     "ExperimentView",
     "StoredEvent",
     "current_revision",
+    "entry",
     "head_revision",
     "upgrade",
 ]

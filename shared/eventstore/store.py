@@ -11,6 +11,7 @@ import contextlib
 import random
 import uuid
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
@@ -38,7 +39,7 @@ from shared.eventstore.views import (
 from shared.messages import Envelope, Payload
 from shared.telemetry import trace_id_of
 
-__all__ = ["EventStore"]
+__all__ = ["Entry", "EventStore", "entry"]
 
 # Writers take turns (sql.lock_writers), so a collision with another writer (same stream
 # version, same event id) should not happen; should one that bypasses the lock cause one, the
@@ -103,16 +104,24 @@ class EventStore:
         redelivery, also one within this batch): storing is idempotent.
         """
         batch = list(envelopes)
-        if not batch:
-            return []
         payloads: list[Payload | None] = list(checked) if checked else [None] * len(batch)
         if len(payloads) != len(batch):
             raise ValueError(f"{len(batch)} envelopes but {len(payloads)} checked payloads")
+        return await self.append_entries(
+            [entry(envelope, payload) for envelope, payload in zip(batch, payloads, strict=True)]
+        )
+
+    async def append_entries(self, entries: Sequence[Entry]) -> list[bool]:
+        """``append``, of events already made ready for the log (``entry``): a writer that
+        prepares each as it arrives keeps that work out of the transaction."""
+        batch = list(entries)
+        if not batch:
+            return []
         for attempt in range(1, _APPEND_ATTEMPTS + 1):
             try:
                 with self._errors():
                     async with self._transaction(write=True) as connection:
-                        return await _append(connection, batch, payloads)
+                        return await _append(connection, batch)
             except sa_exc.DBAPIError as exc:
                 if not _is_conflict(exc):
                     raise
@@ -406,54 +415,111 @@ class EventStore:
         return StoreUnavailable(f"the event store at {self._where} is unavailable: {exc}")
 
 
-async def _append(
-    connection: AsyncConnection, batch: Sequence[Envelope], checked: Sequence[Payload | None]
-) -> list[bool]:
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One event made ready for the log, all but what its transaction gives it (its stream
+    version, its position, the time it was recorded): its payload as stored (as its contract
+    writes it back, where it was read, ``checked``) and its metadata, each also as JSON text."""
+
+    envelope: Envelope
+    checked: Payload | None
+    payload: dict[str, Any]
+    metadata: dict[str, Any]
+    payload_json: str
+    metadata_json: str
+    # As stored: in UTC, so projections see the same value now and when rebuilt.
+    occurred_at: datetime
+
+
+def entry(envelope: Envelope, checked: Payload | None = None) -> Entry:
+    """``envelope`` ready for the log; ``checked``, its payload as its contract read it."""
+    payload = envelope.payload if checked is None else checked.model_dump(mode="json")
+    metadata = {
+        "trace_id": trace_id_of(envelope.traceparent, envelope.correlation_id),
+        "correlation_id": str(envelope.correlation_id),
+        "causation_id": None if envelope.causation_id is None else str(envelope.causation_id),
+        "producer": envelope.producer,
+        "traceparent": envelope.traceparent,
+        "tracestate": envelope.tracestate,
+    }
+    return Entry(
+        envelope=envelope,
+        checked=checked,
+        payload=payload,
+        metadata=metadata,
+        payload_json=orjson.dumps(payload).decode(),
+        metadata_json=orjson.dumps(metadata).decode(),
+        occurred_at=schema.as_utc(envelope.occurred_at),
+    )
+
+
+async def _append(connection: AsyncConnection, batch: Sequence[Entry]) -> list[bool]:
     # Round trips per batch, not per event: which ids exist, the streams' heads, one insert.
     dialect = connection.dialect.name
-    ids = {envelope.event_id for envelope in batch}
+    ids = {item.envelope.event_id for item in batch}
     existing = set(
         await connection.scalars(
             select(_events.c.event_id).where(one_of(dialect, _events.c.event_id, ids))
         )
     )
     stored_flags: list[bool] = []
-    fresh: list[Envelope] = []
-    fresh_checked: list[Payload | None] = []
-    for envelope, payload in zip(batch, checked, strict=True):
-        is_new = envelope.event_id not in existing
+    fresh: list[Entry] = []
+    for item in batch:
+        is_new = item.envelope.event_id not in existing
         stored_flags.append(is_new)
         if is_new:
-            existing.add(envelope.event_id)
-            fresh.append(envelope)
-            fresh_checked.append(payload)
+            existing.add(item.envelope.event_id)
+            fresh.append(item)
     if not fresh:
         return stored_flags
 
     heads_query = (
         select(_events.c.stream_id, func.max(_events.c.version))
-        .where(one_of(dialect, _events.c.stream_id, {e.stream_id for e in fresh}))
+        .where(one_of(dialect, _events.c.stream_id, {e.envelope.stream_id for e in fresh}))
         .group_by(_events.c.stream_id)
     )
     heads: dict[str, int] = {
         stream: version for stream, version in await connection.execute(heads_query)
     }
     recorded_at = datetime.now(UTC)
-    rows: list[dict[str, Any]] = []
-    for envelope, payload in zip(fresh, fresh_checked, strict=True):
-        heads[envelope.stream_id] = version = heads.get(envelope.stream_id, 0) + 1
-        document = envelope.payload if payload is None else payload.model_dump(mode="json")
-        rows.append(_to_row(envelope, version, recorded_at, document))
+    versions: list[int] = []
+    for item in fresh:
+        stream = item.envelope.stream_id
+        heads[stream] = version = heads.get(stream, 0) + 1
+        versions.append(version)
 
-    positions = await _insert_events(connection, rows)
+    positions = await _insert_events(connection, fresh, versions, recorded_at)
     await project(
         connection,
         [
-            StoredEvent.from_row({**row, "position": position}, checked=payload)
-            for row, position, payload in zip(rows, positions, fresh_checked, strict=True)
+            _stored(item, version, position, recorded_at)
+            for item, version, position in zip(fresh, versions, positions, strict=True)
         ],
     )
     return stored_flags
+
+
+def _stored(item: Entry, version: int, position: int, recorded_at: datetime) -> StoredEvent:
+    """The event as ``StoredEvent.from_row`` reads its row back, from what wrote the row."""
+    envelope = item.envelope
+    return StoredEvent(
+        position=position,
+        stream_id=envelope.stream_id,
+        version=version,
+        event_id=envelope.event_id,
+        type=envelope.type,
+        schema_version=envelope.schema_version,
+        occurred_at=item.occurred_at,
+        recorded_at=recorded_at,
+        trace_id=item.metadata["trace_id"],
+        correlation_id=envelope.correlation_id,
+        causation_id=envelope.causation_id,
+        traceparent=envelope.traceparent,
+        tracestate=envelope.tracestate,
+        producer=envelope.producer,
+        payload=item.payload,
+        checked=item.checked,
+    )
 
 
 # On PostgreSQL the batch goes in as one array per column: one statement text for every
@@ -484,15 +550,42 @@ _UNNEST_INSERT = text(
 )
 
 
-async def _insert_events(connection: AsyncConnection, rows: list[dict[str, Any]]) -> list[int]:
-    """Insert ``rows`` into the log; their positions, in the rows' order."""
+async def _insert_events(
+    connection: AsyncConnection, fresh: Sequence[Entry], versions: list[int], recorded_at: datetime
+) -> list[int]:
+    """Insert ``fresh`` into the log at ``versions``; their positions, in their order."""
     if connection.dialect.name != "postgresql":
+        rows = [
+            {
+                "stream_id": item.envelope.stream_id,
+                "version": version,
+                "event_id": item.envelope.event_id,
+                "type": item.envelope.type,
+                "schema_version": item.envelope.schema_version,
+                "payload": item.payload,
+                "metadata": item.metadata,
+                "correlation_id": item.envelope.correlation_id,
+                "occurred_at": item.occurred_at,
+                "recorded_at": recorded_at,
+            }
+            for item, version in zip(fresh, versions, strict=True)
+        ]
         # sort_by_parameter_order: positions come back in the rows' order.
         statement = insert(_events).returning(_events.c.position, sort_by_parameter_order=True)
         return list((await connection.execute(statement, rows)).scalars().all())
-    columns: dict[str, list[Any]] = {name: [row[name] for row in rows] for name in rows[0]}
-    columns["payload"] = [orjson.dumps(value).decode() for value in columns["payload"]]
-    columns["metadata"] = [orjson.dumps(value).decode() for value in columns["metadata"]]
+    envelopes = [item.envelope for item in fresh]
+    columns: dict[str, list[Any]] = {
+        "stream_id": [e.stream_id for e in envelopes],
+        "version": versions,
+        "event_id": [e.event_id for e in envelopes],
+        "type": [e.type for e in envelopes],
+        "schema_version": [e.schema_version for e in envelopes],
+        "payload": [item.payload_json for item in fresh],
+        "metadata": [item.metadata_json for item in fresh],
+        "correlation_id": [e.correlation_id for e in envelopes],
+        "occurred_at": [item.occurred_at for item in fresh],
+        "recorded_at": [recorded_at] * len(fresh),
+    }
     positions = (await connection.execute(_UNNEST_INSERT, columns)).scalars().all()
     # Handed out in the rows' order (ORDER BY n); RETURNING's own order is not promised.
     return sorted(positions)
@@ -517,31 +610,6 @@ async def _read_events(connection: AsyncConnection, after: int, limit: int) -> l
     )
     rows = (await connection.execute(query)).mappings().all()
     return [StoredEvent.from_row(row) for row in rows]
-
-
-def _to_row(
-    envelope: Envelope, version: int, recorded_at: datetime, payload: dict[str, Any]
-) -> dict[str, Any]:
-    return {
-        "stream_id": envelope.stream_id,
-        "version": version,
-        "event_id": envelope.event_id,
-        "type": envelope.type,
-        "schema_version": envelope.schema_version,
-        "payload": payload,
-        "metadata": {
-            "trace_id": trace_id_of(envelope.traceparent, envelope.correlation_id),
-            "correlation_id": str(envelope.correlation_id),
-            "causation_id": None if envelope.causation_id is None else str(envelope.causation_id),
-            "producer": envelope.producer,
-            "traceparent": envelope.traceparent,
-            "tracestate": envelope.tracestate,
-        },
-        "correlation_id": envelope.correlation_id,
-        # As stored: in UTC, so projections see the same value now and when rebuilt.
-        "occurred_at": schema.as_utc(envelope.occurred_at),
-        "recorded_at": recorded_at,
-    }
 
 
 # SQLSTATE classes meaning "the database cannot serve us now": connection exceptions,

@@ -11,7 +11,8 @@ import pytest
 
 from services.recorder.batching import BatchWriter
 from shared.errors import StoreUnavailable
-from shared.messages import AgentHeartbeat, Envelope, Payload
+from shared.eventstore import Entry
+from shared.messages import AgentHeartbeat, Envelope
 
 
 def heartbeat(n: int) -> Envelope:
@@ -28,23 +29,20 @@ class Store:
         self.seen: set[uuid.UUID] = set()
         self.fail = fail
 
-    async def append(
-        self, envelopes: Sequence[Envelope], *, checked: Sequence[Payload] | None = None
-    ) -> list[bool]:
+    async def append_entries(self, entries: Sequence[Entry]) -> list[bool]:
         await asyncio.sleep(0)  # a database round trip
         if self.fail:
             raise StoreUnavailable("database down")
-        assert checked is not None  # the payloads, handed over read
-        assert len(checked) == len(envelopes)
-        self.batches.append([e.payload["agent_id"] for e in envelopes])
-        new = [e.event_id not in self.seen for e in envelopes]
-        self.seen.update(e.event_id for e in envelopes)
+        assert all(item.checked is not None for item in entries)  # the payloads, handed over read
+        self.batches.append([item.payload["agent_id"] for item in entries])
+        new = [item.envelope.event_id not in self.seen for item in entries]
+        self.seen.update(item.envelope.event_id for item in entries)
         return new
 
 
 async def test_concurrent_submissions_are_written_together_in_submission_order() -> None:
     store = Store()
-    writer = BatchWriter(store.append, max_batch=3)
+    writer = BatchWriter(store.append_entries, max_batch=3)
     events = [heartbeat(n) for n in range(7)]
     results = await asyncio.gather(*(writer.submit([e], [e.typed()]) for e in events))
     assert results == [[True]] * 7
@@ -53,7 +51,7 @@ async def test_concurrent_submissions_are_written_together_in_submission_order()
 
 async def test_a_submitted_batch_is_never_split_and_gets_its_own_flags_back() -> None:
     store = Store()
-    writer = BatchWriter(store.append, max_batch=3)
+    writer = BatchWriter(store.append_entries, max_batch=3)
     first = [heartbeat(n) for n in range(2)]
     second = [heartbeat(n) for n in range(2, 7)]  # over max_batch on its own
     third = [first[0], heartbeat(7)]  # a redelivered event beside a new one
@@ -65,14 +63,14 @@ async def test_a_submitted_batch_is_never_split_and_gets_its_own_flags_back() ->
 
 
 async def test_a_duplicate_is_reported_as_not_new() -> None:
-    writer = BatchWriter(Store().append)
+    writer = BatchWriter(Store().append_entries)
     event = heartbeat(1)
     assert await writer.submit([event], [event.typed()]) == [True]
     assert await writer.submit([event], [event.typed()]) == [False]
 
 
 async def test_a_failed_write_fails_every_waiting_submission() -> None:
-    writer = BatchWriter(Store(fail=True).append, max_batch=2)
+    writer = BatchWriter(Store(fail=True).append_entries, max_batch=2)
     results = await asyncio.gather(
         *(writer.submit([e], [e.typed()]) for e in map(heartbeat, range(5))),
         return_exceptions=True,
@@ -82,7 +80,7 @@ async def test_a_failed_write_fails_every_waiting_submission() -> None:
 
 async def test_the_writer_recovers_after_a_failure() -> None:
     store = Store(fail=True)
-    writer = BatchWriter(store.append)
+    writer = BatchWriter(store.append_entries)
     with pytest.raises(StoreUnavailable):
         await writer.submit([heartbeat(1)], [heartbeat(1).typed()])
     store.fail = False
