@@ -49,6 +49,7 @@ from aiormq.exceptions import ConnectionCommandInvalid
 from yarl import URL
 
 from shared.errors import BrokerUnavailable, ConfigurationError
+from shared.messaging.acks import Acknowledgements
 from shared.messaging.broker import (
     ATTEMPT_HEADER,
     DEAD_LETTERED_FROM_HEADER,
@@ -85,6 +86,15 @@ class _AmqpSubscription:
         # its original not acknowledged would be delivered twice).
         self.handlers: set[asyncio.Task[object]] = set()
         self.settling: set[asyncio.Task[object]] = set()
+        # The acknowledgements owed on the channel the deliveries came in on (its tags are its
+        # own: a channel aio-pika opened again after a reconnect starts them afresh).
+        self._acks: tuple[object, Acknowledgements] | None = None
+
+    def acks(self, message: AbstractIncomingMessage) -> Acknowledgements:
+        channel = message.channel
+        if self._acks is None or self._acks[0] is not channel:
+            self._acks = (channel, Acknowledgements())
+        return self._acks[1]
 
     async def cancel(self) -> None:
         if self.cancelled:
@@ -399,6 +409,10 @@ class AmqpBroker:
         # aio-pika runs this in a task of its own per delivery, created in delivery order;
         # QoS keeps at most ``prefetch`` of them unacknowledged.
         async def handle(message: AbstractIncomingMessage) -> None:
+            # Known as in hand before anything else: even one left unsettled below must stop
+            # a later delivery's multiple acknowledgement short of it.
+            acks = subscription.acks(message)
+            acks.delivered(message)
             if subscription.cancelled:
                 return  # left unacknowledged: requeued when the channel closes
             task: asyncio.Task[object] | None = asyncio.current_task()
@@ -417,7 +431,7 @@ class AmqpBroker:
                     subscription.handlers.discard(task)
                     subscription.settling.add(task)
                 await self._settle(
-                    subscription.queue.name, message, delivery, verdict, dead_letter_exchange
+                    subscription.queue.name, message, acks, delivery, verdict, dead_letter_exchange
                 )
             except (*_BROKER_ERRORS, BrokerUnavailable, ConfigurationError) as exc:
                 log.warning(
@@ -428,6 +442,7 @@ class AmqpBroker:
                 # Hand it back now: left unacknowledged on a live channel it would be stuck.
                 with contextlib.suppress(*_BROKER_ERRORS):
                     await message.nack(requeue=True)
+                    acks.settled(message)
             finally:
                 if task is not None:
                     subscription.handlers.discard(task)
@@ -439,6 +454,7 @@ class AmqpBroker:
         self,
         queue: str,
         message: AbstractIncomingMessage,
+        acks: Acknowledgements,
         delivery: Delivery,
         verdict: Settlement,
         dead_letter_exchange: str,
@@ -448,6 +464,7 @@ class AmqpBroker:
         if verdict.outcome is Outcome.REQUEUE:
             # Back to its place in the queue, flagged redelivered, its attempt unchanged.
             await message.nack(requeue=True)
+            acks.settled(message)
             return
         headers: HeadersType = dict(message.headers)
         if verdict.outcome is Outcome.RETRY:
@@ -459,7 +476,8 @@ class AmqpBroker:
             headers[REASON_HEADER] = verdict.reason
             headers[DEAD_LETTERED_FROM_HEADER] = queue
             await self._send(dead_letter_exchange, delivery.routing_key, _message(message, headers))
-        await message.ack()
+        # With the others settled in this turn of the loop, in one frame where it can.
+        await acks.ack(message)
 
     async def _send(
         self, exchange: str, routing_key: str, message: aio_pika.Message, *, mandatory: bool = False
