@@ -554,25 +554,7 @@ async def _insert_events(
     connection: AsyncConnection, fresh: Sequence[Entry], versions: list[int], recorded_at: datetime
 ) -> list[int]:
     """Insert ``fresh`` into the log at ``versions``; their positions, in their order."""
-    if connection.dialect.name != "postgresql":
-        rows = [
-            {
-                "stream_id": item.envelope.stream_id,
-                "version": version,
-                "event_id": item.envelope.event_id,
-                "type": item.envelope.type,
-                "schema_version": item.envelope.schema_version,
-                "payload": item.payload,
-                "metadata": item.metadata,
-                "correlation_id": item.envelope.correlation_id,
-                "occurred_at": item.occurred_at,
-                "recorded_at": recorded_at,
-            }
-            for item, version in zip(fresh, versions, strict=True)
-        ]
-        # sort_by_parameter_order: positions come back in the rows' order.
-        statement = insert(_events).returning(_events.c.position, sort_by_parameter_order=True)
-        return list((await connection.execute(statement, rows)).scalars().all())
+    postgresql = connection.dialect.name == "postgresql"
     envelopes = [item.envelope for item in fresh]
     columns: dict[str, list[Any]] = {
         "stream_id": [e.stream_id for e in envelopes],
@@ -580,12 +562,22 @@ async def _insert_events(
         "event_id": [e.event_id for e in envelopes],
         "type": [e.type for e in envelopes],
         "schema_version": [e.schema_version for e in envelopes],
-        "payload": [item.payload_json for item in fresh],
-        "metadata": [item.metadata_json for item in fresh],
+        # PostgreSQL takes the JSON text made when the event arrived; SQLAlchemy's JSON type
+        # encodes the documents for SQLite.
+        "payload": [item.payload_json if postgresql else item.payload for item in fresh],
+        "metadata": [item.metadata_json if postgresql else item.metadata for item in fresh],
         "correlation_id": [e.correlation_id for e in envelopes],
         "occurred_at": [item.occurred_at for item in fresh],
         "recorded_at": [recorded_at] * len(fresh),
     }
+    if not postgresql:
+        rows = [
+            dict(zip(columns, values, strict=True))
+            for values in zip(*columns.values(), strict=True)
+        ]
+        # sort_by_parameter_order: positions come back in the rows' order.
+        statement = insert(_events).returning(_events.c.position, sort_by_parameter_order=True)
+        return list((await connection.execute(statement, rows)).scalars().all())
     positions = (await connection.execute(_UNNEST_INSERT, columns)).scalars().all()
     # Handed out in the rows' order (ORDER BY n); RETURNING's own order is not promised.
     return sorted(positions)

@@ -2,9 +2,10 @@
 
 Each acknowledgement is a frame written to the socket, and for a consumer that settles many
 small messages at once (the recorder acknowledges every delivery of a transaction when it
-commits) those writes were a fifth of its CPU. Deliveries acknowledged in the same turn of the
-event loop that are the channel's oldest outstanding ones go as one ``basic.ack`` with
-``multiple`` set, which the broker reads as "every delivery up to this one".
+commits) writing them was about an eighth of its CPU for single-event messages. Deliveries
+acknowledged in the same turn of the event loop that are the channel's oldest outstanding ones
+go as one ``basic.ack`` with ``multiple`` set, which the broker reads as "every delivery up to
+this one".
 
 A multiple acknowledgement must never cover a delivery still in hand (it would be taken off
 the queue unprocessed, and lost if the process then died): one acknowledged behind an older
