@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from shared.eventstore import Entry, entry
-from shared.messages import Envelope, Payload
+from shared.messages import Payload, TypedEnvelope
 
 __all__ = ["BatchWriter"]
 
@@ -44,17 +44,12 @@ class BatchWriter:
         self._pending: list[_Submission] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def submit(
-        self, envelopes: Sequence[Envelope], payloads: Sequence[Payload]
-    ) -> list[bool]:
-        """Store ``envelopes``, whose payloads read are ``payloads``, in order; for each, True
-        if it was new, False if it was already stored."""
+    async def submit(self, events: Sequence[TypedEnvelope[Payload]]) -> list[bool]:
+        """Store ``events`` in order; for each, True if it was new, False if it was already
+        stored."""
         # Each made ready for the log here, as it arrives: while a transaction waits on the
         # database, the loop prepares the next one's events instead of idling.
-        ready = [
-            entry(envelope, payload) for envelope, payload in zip(envelopes, payloads, strict=True)
-        ]
-        submission = _Submission(ready)
+        submission = _Submission([entry(event) for event in events])
         self._pending.append(submission)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())

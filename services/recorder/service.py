@@ -22,7 +22,7 @@ from services.recorder.batching import BatchWriter
 from shared.errors import ConfigurationError, StoreUnavailable
 from shared.eventstore import EventStore
 from shared.eventstore.migrate import upgrade
-from shared.messages import Envelope, Payload
+from shared.messages import Payload, TypedEnvelope
 from shared.messaging import Binding
 from shared.messaging.pause import when_available
 from shared.runtime import Runtime
@@ -68,7 +68,7 @@ class RecorderService:
             binding = Binding(topology.recorder_partitions, "1")
         # Every registered type, each opened as the class its type names (an unknown type or
         # a payload its contract refuses is dead-lettered, alone if it came in a batch).
-        await self._bus.handle_together(queue, [binding], self._record, read=Envelope.typed)
+        await self._bus.handle_together(queue, [binding], self._record)
 
     async def stop(self) -> None:
         await self._bus.stop()
@@ -77,7 +77,7 @@ class RecorderService:
         if self._store is not None:
             await self._store.close()
 
-    async def _record(self, events: Sequence[tuple[Payload, Envelope]]) -> None:
+    async def _record(self, events: Sequence[TypedEnvelope[Payload]]) -> None:
         """Store one delivery's events (one, or a batch's) as their wire contracts shaped
         them. Admission is the bus's: only known types with payloads their contract accepts
         reach here, anything else is dead-lettered with the reason, as every other service
@@ -85,9 +85,8 @@ class RecorderService:
         the contract bounds what it keeps (a failure reason is cut to 8 KiB), and a client
         publishing straight to RabbitMQ must not store more than it admits."""
         assert self._writer is not None, "started before consuming"
-        envelopes = [envelope for _, envelope in events]
         # The store keeps each checked payload as its contract writes it back.
-        stored = await self._writer.submit(envelopes, [event for event, _ in events])
-        for envelope, new in zip(envelopes, stored, strict=True):
+        stored = await self._writer.submit(events)
+        for event, new in zip(events, stored, strict=True):
             if not new:
-                log.debug("event %s was already stored; skipping the duplicate", envelope.event_id)
+                log.debug("event %s was already stored; skipping the duplicate", event.event_id)

@@ -36,7 +36,7 @@ from shared.eventstore.views import (
     ExperimentView,
     StoredEvent,
 )
-from shared.messages import Envelope, Payload
+from shared.messages import Envelope, EnvelopeFields, Payload, TypedEnvelope
 from shared.telemetry import trace_id_of
 
 __all__ = ["Entry", "EventStore", "entry"]
@@ -421,7 +421,7 @@ class Entry:
     version, its position, the time it was recorded): its payload as stored (as its contract
     writes it back, where it was read, ``checked``) and its metadata, each also as JSON text."""
 
-    envelope: Envelope
+    envelope: EnvelopeFields
     checked: Payload | None
     payload: dict[str, Any]
     metadata: dict[str, Any]
@@ -431,9 +431,17 @@ class Entry:
     occurred_at: datetime
 
 
-def entry(envelope: Envelope, checked: Payload | None = None) -> Entry:
-    """``envelope`` ready for the log; ``checked``, its payload as its contract read it."""
-    payload = envelope.payload if checked is None else checked.model_dump(mode="json")
+def entry(envelope: Envelope | TypedEnvelope[Payload], checked: Payload | None = None) -> Entry:
+    """``envelope`` ready for the log; ``checked``, its payload as its contract read it (a
+    ``TypedEnvelope``'s payload is)."""
+    if isinstance(envelope, TypedEnvelope):
+        checked = envelope.payload
+    elif checked is None:
+        return _entry(envelope, None, envelope.payload)
+    return _entry(envelope, checked, checked.model_dump(mode="json"))
+
+
+def _entry(envelope: EnvelopeFields, checked: Payload | None, payload: dict[str, Any]) -> Entry:
     metadata = {
         "trace_id": trace_id_of(envelope.traceparent, envelope.correlation_id),
         "correlation_id": str(envelope.correlation_id),

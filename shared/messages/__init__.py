@@ -43,7 +43,9 @@ from shared.messages.costs import JobReadings, MachineReport, PeakMemory, RunCos
 from shared.messages.envelope import (
     MAX_BATCH_EVENTS,
     Envelope,
+    EnvelopeFields,
     Payload,
+    TypedEnvelope,
     Unreadable,
     decode,
     decode_batch,
@@ -51,6 +53,7 @@ from shared.messages.envelope import (
     encode_batch,
     is_batch,
     payload_type,
+    read_typed,
 )
 from shared.messages.evaluation import (
     FRAMEWORKS,
@@ -195,6 +198,7 @@ __all__ = [
     "DeprecationResult",
     "DeviceLease",
     "Envelope",
+    "EnvelopeFields",
     "EvaluationCompleted",
     "EvaluationFailed",
     "EvaluationFigures",
@@ -279,6 +283,7 @@ __all__ = [
     "TokenTimeline",
     "Topology",
     "TraceLevel",
+    "TypedEnvelope",
     "Unreadable",
     "UploadedFile",
     "Verdict",
@@ -300,5 +305,6 @@ __all__ = [
     "is_batch",
     "job_key",
     "payload_type",
+    "read_typed",
     "rpc_key",
 ]

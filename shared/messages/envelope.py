@@ -8,14 +8,15 @@ the message that caused this one. The W3C ``traceparent`` lets one evaluation be
 from __future__ import annotations
 
 import builtins
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Self, TypeVar, Union
 
 import orjson
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from shared.errors import InvalidMessage
 from shared.inputs import BOUNDED, MAX_NAME, unsafe_text
@@ -23,7 +24,9 @@ from shared.inputs import BOUNDED, MAX_NAME, unsafe_text
 __all__ = [
     "MAX_BATCH_EVENTS",
     "Envelope",
+    "EnvelopeFields",
     "Payload",
+    "TypedEnvelope",
     "Unreadable",
     "decode",
     "decode_batch",
@@ -31,6 +34,7 @@ __all__ = [
     "encode_batch",
     "is_batch",
     "payload_type",
+    "read_typed",
 ]
 
 # The most events one batch message may carry: a bound on what one delivery makes a
@@ -70,8 +74,8 @@ def payload_type(type_name: str) -> type[Payload]:
 P = TypeVar("P", bound=Payload)
 
 
-class Envelope(BaseModel):
-    """Metadata shared by all messages, plus the payload as plain JSON."""
+class EnvelopeFields(BaseModel):
+    """What every message carries beside its payload: an ``Envelope`` or a ``TypedEnvelope``."""
 
     model_config = BOUNDED
 
@@ -85,6 +89,11 @@ class Envelope(BaseModel):
     traceparent: str | None = None
     tracestate: str | None = None
     producer: str | None = None
+
+
+class Envelope(EnvelopeFields):
+    """Metadata shared by all messages, plus the payload as plain JSON."""
+
     payload: dict[str, Any]
 
     @classmethod
@@ -152,6 +161,70 @@ class Envelope(BaseModel):
     def typed(self) -> Payload:
         """The payload as the class registered for this envelope's type."""
         return _validate(payload_type(self.type), self.payload, self.type)
+
+    def read(self) -> TypedEnvelope[Payload]:
+        """This envelope with its payload read as the class its type names (``typed``)."""
+        payload = self.typed()
+        fields = {name: getattr(self, name) for name in EnvelopeFields.model_fields}
+        # Every field was checked when this envelope was: nothing to validate again.
+        return TypedEnvelope[Payload].model_construct(**fields, payload=payload)
+
+
+class TypedEnvelope(EnvelopeFields, Generic[P]):
+    """An envelope whose payload was read as the class its type names, as a consumer that
+    takes every type (the recorder) gets it: the envelope's fields, the payload checked."""
+
+    payload: P
+
+
+def read_typed(body: bytes) -> list[TypedEnvelope[Payload]] | None:
+    """Every envelope of a message body (one, or a batch's), each payload read as the class
+    its type names, in one pass; None unless all of them read so (``decode``/``decode_batch``
+    and ``Envelope.typed`` then say which does not, and why).
+
+    The same JSON parse and the same contracts as those, done at once: validating the parsed
+    body against every type's envelope together costs about half of validating each envelope
+    and then its payload (issue 24)."""
+    if b"\\u0000" in body:  # the NUL check walks the parsed text: the slow path has it
+        return None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    batched = isinstance(data, list)
+    if batched and not 0 < len(data) <= MAX_BATCH_EVENTS:
+        return None
+    readers = _typed_readers(len(Payload._registry))
+    try:
+        if batched:
+            return readers.batch.validate_python(data)
+        return [readers.one.validate_python(data)]
+    except ValidationError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _TypedReaders:
+    one: TypeAdapter[TypedEnvelope[Payload]]
+    batch: TypeAdapter[list[TypedEnvelope[Payload]]]
+
+
+def _type_tag(value: Any) -> str | None:
+    tag = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return tag if isinstance(tag, str) else None
+
+
+@functools.cache
+def _typed_readers(types: int) -> _TypedReaders:
+    """Envelopes of every registered type, told apart by their ``type`` (``types``: how many
+    are registered, so a payload class defined later gets a reader that knows it)."""
+    del types
+    members = tuple(
+        Annotated[TypedEnvelope[cls], Tag(name)]  # type: ignore[valid-type]
+        for name, cls in Payload._registry.items()
+    )
+    typed = Annotated[Union[members], Discriminator(_type_tag)]  # type: ignore[valid-type]  # noqa: UP007
+    return _TypedReaders(one=TypeAdapter(typed), batch=TypeAdapter(list[typed]))
 
 
 def _validate(cls: type[P], data: dict[str, Any], type_name: str) -> P:

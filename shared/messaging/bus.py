@@ -22,14 +22,17 @@ from shared.errors import InvalidMessage, MessageTooLarge, RequestTimeout
 from shared.messages import (
     MAX_BATCH_EVENTS,
     Envelope,
+    EnvelopeFields,
     Payload,
     Topology,
+    TypedEnvelope,
     Unreadable,
     decode,
     decode_batch,
     encode,
     encode_batch,
     is_batch,
+    read_typed,
 )
 from shared.messaging.broker import (
     ATTEMPT_HEADER,
@@ -69,9 +72,9 @@ Handler = Callable[[Envelope], Awaitable[Envelope | None]]
 DeadLetterHook = Callable[[Envelope, str], Awaitable[None]]
 
 P = TypeVar("P", bound=Payload)
-# Handed every readable event of one delivery at once (``Bus.handle_together``), each as its
-# contract reads it beside its envelope.
-BatchHandler = Callable[[Sequence[tuple[P, Envelope]]], Awaitable[None]]
+# Handed every readable event of one delivery at once (``Bus.handle_together``), each with its
+# payload as its contract reads it.
+BatchHandler = Callable[[Sequence[TypedEnvelope[Payload]]], Awaitable[None]]
 
 _delivery: contextvars.ContextVar[Delivery] = contextvars.ContextVar("dlscope_delivery")
 
@@ -381,45 +384,30 @@ class Bus:
         self,
         queue: str,
         bindings: Sequence[Binding],
-        handler: BatchHandler[P],
+        handler: BatchHandler,
         *,
-        read: Callable[[Envelope], P],
         prefetch: int | None = None,
         max_message_bytes: int | None = None,
     ) -> Subscription:
         """Consume ``queue`` handing ``handler`` each delivery's events at once: all of a
         batch message's in one call and one CONSUMER span, a single event as a batch of one.
-        ``read`` checks each event (its payload as its contract reads it, an
-        ``InvalidMessage`` if it does not fit): a bad event in a batch is dead-lettered alone
-        and the others are still handled; a bad single event is dead-lettered as always.
-        What the handler raises settles the whole delivery by the one policy."""
+        Each event comes with its payload read as the class its type names: an unknown type
+        or a payload its contract refuses is dead-lettered, alone if it came in a batch, and
+        the others are still handled. What the handler raises settles the whole delivery by
+        the one policy."""
         limit = max_message_bytes or self.max_message_bytes
         pause = Pause(queue, backoff=self._backoff())
         self._pauses.append(pause)
 
         async def consume(delivery: Delivery) -> Settlement:
             _delivery.set(delivery)
-            batched = is_batch(delivery.body)
             refused: list[tuple[bytes, Envelope | None, Settlement]] = []
             try:
-                items = (
-                    _decode_all(delivery.body, limit)
-                    if batched
-                    else [_decode(delivery.body, limit)]
-                )
-                events: list[tuple[P, Envelope]] = []
-                for item in items:
-                    try:
-                        if isinstance(item, Unreadable):
-                            raise item.error
-                        events.append((read(item), item))
-                    except InvalidMessage as exc:
-                        if not batched:
-                            raise
-                        envelope = None if isinstance(item, Unreadable) else item
-                        body = item.body if isinstance(item, Unreadable) else encode(item)
-                        verdict = verdict_for(exc, attempt=delivery.attempt, max_attempts=1)
-                        refused.append((body, envelope, verdict))
+                _check_size(delivery.body, limit)
+                # Read at once where every event reads; one by one only to say which does not.
+                events = read_typed(delivery.body)
+                if events is None:
+                    events, refused = _read_each(delivery)
             except InvalidMessage as exc:
                 log.warning(
                     "dead-lettering an invalid message on %r: %s", delivery.routing_key, exc
@@ -693,16 +681,16 @@ class Bus:
         return await self._traced(delivery, envelope, 1, call)
 
     async def _handle_together(
-        self, delivery: Delivery, events: Sequence[tuple[P, Envelope]], handler: BatchHandler[P]
+        self, delivery: Delivery, events: Sequence[TypedEnvelope[Payload]], handler: BatchHandler
     ) -> Settlement:
         """Run ``handler`` once on ``events``, in one CONSUMER span continuing the trace of
         the first (a batch's events share their producer's context)."""
-        return await self._traced(delivery, events[0][1], len(events), lambda: handler(events))
+        return await self._traced(delivery, events[0], len(events), lambda: handler(events))
 
     async def _traced(
         self,
         delivery: Delivery,
-        envelope: Envelope,
+        envelope: EnvelopeFields,
         count: int,
         call: Callable[[], Awaitable[None]],
     ) -> Settlement:
@@ -756,6 +744,31 @@ def _decode_all(body: bytes, max_bytes: int) -> list[Envelope | Unreadable]:
     return decode_batch(body)
 
 
+def _read_each(
+    delivery: Delivery,
+) -> tuple[list[TypedEnvelope[Payload]], list[tuple[bytes, Envelope | None, Settlement]]]:
+    """A delivery's events read one by one: those that read, and for each that does not its
+    JSON, its envelope where that much reads, and its verdict. A single event that does not
+    read is an ``InvalidMessage``, as is a batch that is not one."""
+    batched = is_batch(delivery.body)
+    items = decode_batch(delivery.body) if batched else [decode(delivery.body)]
+    events: list[TypedEnvelope[Payload]] = []
+    refused: list[tuple[bytes, Envelope | None, Settlement]] = []
+    for item in items:
+        try:
+            if isinstance(item, Unreadable):
+                raise item.error
+            events.append(item.read())
+        except InvalidMessage as exc:
+            if not batched:
+                raise
+            envelope = None if isinstance(item, Unreadable) else item
+            body = item.body if isinstance(item, Unreadable) else encode(item)
+            verdict = verdict_for(exc, attempt=delivery.attempt, max_attempts=1)
+            refused.append((body, envelope, verdict))
+    return events, refused
+
+
 def _runs(envelopes: Sequence[Envelope], *, by_stream: bool) -> list[list[Envelope]]:
     """Consecutive events of one type (and one stream, ``by_stream``), in order, each run at
     most ``MAX_BATCH_EVENTS`` long."""
@@ -775,7 +788,7 @@ def _runs(envelopes: Sequence[Envelope], *, by_stream: bool) -> list[list[Envelo
 
 
 def _messaging_attributes(
-    exchange: str, routing_key: str, envelope: Envelope, service: str
+    exchange: str, routing_key: str, envelope: EnvelopeFields, service: str
 ) -> dict[str, str | int]:
     # Few attributes on purpose: every message pays for each one (the recorder sees them
     # all). The type is the routing key for events; the stream follows from the correlation.

@@ -35,7 +35,9 @@ from shared.messages import (
     AgentOnline,
     AgentsDiscover,
     Envelope,
+    Payload,
     Topology,
+    TypedEnvelope,
 )
 from shared.messaging.amqp import AmqpBroker
 from shared.messaging.broker import (
@@ -1442,14 +1444,16 @@ async def test_handling_together_gets_a_whole_batch_in_one_call_and_one_span(
     dead = await rig.dead_letters()
     calls: asyncio.Queue[list[tuple[str, uuid.UUID]]] = asyncio.Queue()
 
-    async def together(events: Sequence[tuple[AgentHeartbeat, Envelope]]) -> None:
-        calls.put_nowait([(payload.agent_id, envelope.event_id) for payload, envelope in events])
-
-    def read(envelope: Envelope) -> AgentHeartbeat:
-        return envelope.open(AgentHeartbeat)
+    async def together(events: Sequence[TypedEnvelope[Payload]]) -> None:
+        calls.put_nowait(
+            [
+                (e.payload.agent_id if isinstance(e.payload, AgentHeartbeat) else "?", e.event_id)
+                for e in events
+            ]
+        )
 
     await bus.handle_together(
-        rig.queue("together"), [Binding(rig.topology.events, "agent.#")], together, read=read
+        rig.queue("together"), [Binding(rig.topology.events, "agent.#")], together
     )
     beats = [
         Envelope.wrap(

@@ -12,15 +12,15 @@ import pytest
 from services.recorder.batching import BatchWriter
 from shared.errors import StoreUnavailable
 from shared.eventstore import Entry
-from shared.messages import AgentHeartbeat, Envelope
+from shared.messages import AgentHeartbeat, Envelope, Payload, TypedEnvelope
 
 
-def heartbeat(n: int) -> Envelope:
+def heartbeat(n: int) -> TypedEnvelope[Payload]:
     return Envelope.wrap(
         AgentHeartbeat(agent_id=f"a{n}", busy=False),
         stream_id="agent-a",
         correlation_id=uuid.uuid4(),
-    )
+    ).read()
 
 
 class Store:
@@ -44,7 +44,7 @@ async def test_concurrent_submissions_are_written_together_in_submission_order()
     store = Store()
     writer = BatchWriter(store.append_entries, max_batch=3)
     events = [heartbeat(n) for n in range(7)]
-    results = await asyncio.gather(*(writer.submit([e], [e.typed()]) for e in events))
+    results = await asyncio.gather(*(writer.submit([e]) for e in events))
     assert results == [[True]] * 7
     assert store.batches == [["a0", "a1", "a2"], ["a3", "a4", "a5"], ["a6"]]
 
@@ -55,9 +55,7 @@ async def test_a_submitted_batch_is_never_split_and_gets_its_own_flags_back() ->
     first = [heartbeat(n) for n in range(2)]
     second = [heartbeat(n) for n in range(2, 7)]  # over max_batch on its own
     third = [first[0], heartbeat(7)]  # a redelivered event beside a new one
-    results = await asyncio.gather(
-        *(writer.submit(batch, [e.typed() for e in batch]) for batch in (first, second, third))
-    )
+    results = await asyncio.gather(*(writer.submit(batch) for batch in (first, second, third)))
     assert results == [[True, True], [True] * 5, [False, True]]
     assert store.batches == [["a0", "a1", "a2", "a3", "a4", "a5", "a6"], ["a0", "a7"]]
 
@@ -65,14 +63,14 @@ async def test_a_submitted_batch_is_never_split_and_gets_its_own_flags_back() ->
 async def test_a_duplicate_is_reported_as_not_new() -> None:
     writer = BatchWriter(Store().append_entries)
     event = heartbeat(1)
-    assert await writer.submit([event], [event.typed()]) == [True]
-    assert await writer.submit([event], [event.typed()]) == [False]
+    assert await writer.submit([event]) == [True]
+    assert await writer.submit([event]) == [False]
 
 
 async def test_a_failed_write_fails_every_waiting_submission() -> None:
     writer = BatchWriter(Store(fail=True).append_entries, max_batch=2)
     results = await asyncio.gather(
-        *(writer.submit([e], [e.typed()]) for e in map(heartbeat, range(5))),
+        *(writer.submit([e]) for e in map(heartbeat, range(5))),
         return_exceptions=True,
     )
     assert all(isinstance(r, StoreUnavailable) for r in results)
@@ -82,6 +80,6 @@ async def test_the_writer_recovers_after_a_failure() -> None:
     store = Store(fail=True)
     writer = BatchWriter(store.append_entries)
     with pytest.raises(StoreUnavailable):
-        await writer.submit([heartbeat(1)], [heartbeat(1).typed()])
+        await writer.submit([heartbeat(1)])
     store.fail = False
-    assert await writer.submit([heartbeat(2)], [heartbeat(2).typed()]) == [True]
+    assert await writer.submit([heartbeat(2)]) == [True]

@@ -18,6 +18,7 @@ from shared.messages import (
     EvaluationRequested,
     EvaluationStarted,
     Scenario,
+    TypedEnvelope,
     Unreadable,
     attempt_key,
     decode,
@@ -28,6 +29,7 @@ from shared.messages import (
     failure_caused_by,
     is_batch,
     job_key,
+    read_typed,
 )
 
 
@@ -73,6 +75,53 @@ def test_a_batch_survives_the_wire_in_order_and_a_bad_element_stays_in_its_place
 def test_a_batch_body_that_is_no_batch_is_refused_whole(body: bytes, names: str) -> None:
     with pytest.raises(InvalidMessage, match=names):
         decode_batch(body)
+
+
+def test_reading_at_once_gives_what_reading_each_envelope_and_its_payload_gives() -> None:
+    first = requested()
+    second = first.caused(
+        EvaluationStarted(
+            evaluation_id=first.correlation_id, agent_id="a", host="h", environment={"cores": 2}
+        ),
+        producer="worker",
+    )
+    read = read_typed(encode_batch([first, second]))
+    assert read is not None
+    assert [type(event) for event in read] == [
+        TypedEnvelope[EvaluationRequested],
+        TypedEnvelope[EvaluationStarted],
+    ]
+    assert read == [first.read(), second.read()]
+    assert [event.payload for event in read] == [first.typed(), second.typed()]
+    assert read_typed(encode(second)) == [second.read()]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b"[]",
+        b'{"type": "evaluation.requested"}',
+        b"[" + b"1," * MAX_BATCH_EVENTS + b"1]",
+    ],
+)
+def test_what_does_not_read_at_once_is_left_to_the_one_by_one_reading(body: bytes) -> None:
+    assert read_typed(body) is None
+
+
+def test_one_bad_element_or_an_escaped_nul_sends_the_batch_to_the_one_by_one_reading() -> None:
+    good = requested()
+    unknown = good.model_copy(update={"type": "no.such.type", "event_id": uuid.uuid4()})
+    refused = good.model_copy(update={"payload": {"model": 7}, "event_id": uuid.uuid4()})
+    nul = good.model_copy(update={"producer": "a\x00b", "event_id": uuid.uuid4()})
+    for bad in (unknown, refused, nul):
+        assert read_typed(encode_batch([good, bad])) is None
+    with pytest.raises(InvalidMessage, match=r"unknown message type 'no\.such\.type'"):
+        unknown.read()
+    with pytest.raises(InvalidMessage, match=r"invalid 'evaluation\.requested' payload"):
+        refused.read()
+    with pytest.raises(InvalidMessage, match="NUL"):
+        decode(encode(nul))
 
 
 def test_a_caused_message_continues_the_correlation_and_names_its_cause() -> None:
