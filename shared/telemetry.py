@@ -10,6 +10,7 @@ every service that consumes it, independently, continues the same trace.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,12 @@ from shared.trace_files import OtlpJsonFileExporter
 __all__ = ["Telemetry", "inject", "parent_context", "trace_id_hex", "trace_id_of"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+# A traceparent as W3C Trace Context (and OpenTelemetry's propagator) reads one.
+_TRACEPARENT = re.compile(
+    r"^[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(?:(-.*)|[ \t]*)$"
+)
+_TRACEPARENT_MAX_LENGTH = 512
+_NO_TRACE_ID, _NO_SPAN_ID = "0" * 32, "0" * 16
 
 
 @dataclass
@@ -121,11 +128,19 @@ def parent_context(
 
 def trace_id_of(traceparent: str | None, correlation_id: uuid.UUID) -> str:
     """The trace id a message belongs to (see ``parent_context``)."""
-    if traceparent:
-        context = _PROPAGATOR.extract({"traceparent": traceparent})
-        span_context = trace.get_current_span(context).get_span_context()
-        if span_context.is_valid:
-            return trace_id_hex(span_context)
+    if traceparent and len(traceparent) <= _TRACEPARENT_MAX_LENGTH:
+        # The W3C rules the propagator applies, without building a context: the recorder
+        # asks this of every event it stores (a fifth of the cost of one, the propagator's way).
+        match = _TRACEPARENT.match(traceparent)
+        if match is not None:
+            version, trace_id, span_id, extra = match.groups()
+            if (
+                trace_id != _NO_TRACE_ID
+                and span_id != _NO_SPAN_ID
+                and version != "ff"
+                and not (version == "00" and extra)
+            ):
+                return trace_id
     return format(_derived_trace_id(correlation_id), "032x")
 
 

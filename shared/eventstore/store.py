@@ -442,10 +442,11 @@ def entry(envelope: Envelope | TypedEnvelope[Payload], checked: Payload | None =
 
 
 def _entry(envelope: EnvelopeFields, checked: Payload | None, payload: dict[str, Any]) -> Entry:
+    # The ids as UUIDs: orjson writes them as their text, as it does for SQLite's column.
     metadata = {
         "trace_id": trace_id_of(envelope.traceparent, envelope.correlation_id),
-        "correlation_id": str(envelope.correlation_id),
-        "causation_id": None if envelope.causation_id is None else str(envelope.causation_id),
+        "correlation_id": envelope.correlation_id,
+        "causation_id": envelope.causation_id,
         "producer": envelope.producer,
         "traceparent": envelope.traceparent,
         "tracestate": envelope.tracestate,
