@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequen
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import orjson
 from sqlalchemy import DateTime, Integer, Text, Uuid, bindparam, delete, func, insert, select, text
@@ -419,16 +419,22 @@ class EventStore:
 class Entry:
     """One event made ready for the log, all but what its transaction gives it (its stream
     version, its position, the time it was recorded): its payload as stored (as its contract
-    writes it back, where it was read, ``checked``) and its metadata, each also as JSON text."""
+    writes it back, where it was read, ``checked``) as JSON text, and its metadata."""
 
     envelope: EnvelopeFields
     checked: Payload | None
-    payload: dict[str, Any]
-    metadata: dict[str, Any]
     payload_json: str
+    metadata: dict[str, Any]
     metadata_json: str
     # As stored: in UTC, so projections see the same value now and when rebuilt.
     occurred_at: datetime
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The payload as stored, read back from its text when asked (SQLite's insert): events
+        waiting for their transaction hold one string each, not a tree of objects for the
+        cycle collector to walk again and again (issue 24)."""
+        return cast(dict[str, Any], orjson.loads(self.payload_json))
 
 
 def entry(envelope: Envelope | TypedEnvelope[Payload], checked: Payload | None = None) -> Entry:
@@ -436,12 +442,14 @@ def entry(envelope: Envelope | TypedEnvelope[Payload], checked: Payload | None =
     ``TypedEnvelope``'s payload is)."""
     if isinstance(envelope, TypedEnvelope):
         checked = envelope.payload
-    elif checked is None:
-        return _entry(envelope, None, envelope.payload)
-    return _entry(envelope, checked, checked.model_dump(mode="json"))
+    if checked is None:
+        assert isinstance(envelope, Envelope), "a TypedEnvelope's payload is checked"
+        return _entry(envelope, None, orjson.dumps(envelope.payload).decode())
+    # Its contract writes it as JSON text at once, with no documents made on the way.
+    return _entry(envelope, checked, checked.__pydantic_serializer__.to_json(checked).decode())
 
 
-def _entry(envelope: EnvelopeFields, checked: Payload | None, payload: dict[str, Any]) -> Entry:
+def _entry(envelope: EnvelopeFields, checked: Payload | None, payload_json: str) -> Entry:
     # The ids as UUIDs: orjson writes them as their text, as it does for SQLite's column.
     metadata = {
         "trace_id": trace_id_of(envelope.traceparent, envelope.correlation_id),
@@ -454,9 +462,8 @@ def _entry(envelope: EnvelopeFields, checked: Payload | None, payload: dict[str,
     return Entry(
         envelope=envelope,
         checked=checked,
-        payload=payload,
+        payload_json=payload_json,
         metadata=metadata,
-        payload_json=orjson.dumps(payload).decode(),
         metadata_json=orjson.dumps(metadata).decode(),
         occurred_at=schema.as_utc(envelope.occurred_at),
     )
@@ -526,7 +533,7 @@ def _stored(item: Entry, version: int, position: int, recorded_at: datetime) -> 
         traceparent=envelope.traceparent,
         tracestate=envelope.tracestate,
         producer=envelope.producer,
-        payload=item.payload,
+        stored_payload=item.payload_json,
         checked=item.checked,
     )
 

@@ -10,8 +10,9 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, TypeVar, cast, get_args
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from shared.errors import InvalidMessage
@@ -66,10 +67,22 @@ class StoredEvent:
     traceparent: str | None
     tracestate: str | None
     producer: str | None
-    payload: dict[str, Any]
+    # The payload as stored (``payload``): the document, or its JSON text until it is first
+    # read. The recorder projects what it appends from the text it wrote; most of those
+    # payloads are never read as documents (the projections read the checked payload).
+    stored_payload: dict[str, Any] | str
     # The payload as its contract reads it, where whoever stored the event had it already (the
     # recorder validated it on the way in), so that projecting does not validate it again.
     checked: Payload | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The payload as stored, a JSON document."""
+        document = self.stored_payload
+        if isinstance(document, str):
+            document = orjson.loads(document)
+            object.__setattr__(self, "stored_payload", document)  # a cache, as ``checked`` is
+        return cast(dict[str, Any], document)
 
     def read(self) -> Payload | None:
         """The payload as the class its type names (``shared.messages``), or None where today's
@@ -104,7 +117,7 @@ class StoredEvent:
             traceparent=meta.get("traceparent"),
             tracestate=meta.get("tracestate"),
             producer=meta.get("producer"),
-            payload=row["payload"],
+            stored_payload=row["payload"],
             checked=checked,
         )
 

@@ -49,7 +49,7 @@ class Store:
                 traceparent=None,
                 tracestate=None,
                 producer=None,
-                payload={},
+                stored_payload={},
             )
         )
 

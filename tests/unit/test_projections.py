@@ -56,7 +56,7 @@ def stored(payload: Payload, *, at: float, stream_id: str | None = None) -> Stor
         traceparent=None,
         tracestate=None,
         producer="test",
-        payload=payload.model_dump(mode="json"),
+        stored_payload=payload.model_dump(mode="json"),
     )
 
 
@@ -160,7 +160,7 @@ def test_an_event_nobody_requested_makes_no_row() -> None:
 
 def test_an_event_its_contract_refuses_today_changes_no_row() -> None:
     # Given a failure stored before its contract was tightened: it names no stage
-    refused = replace(failed(9), payload={"evaluation_id": str(EVALUATION), "reason": "old"})
+    refused = replace(failed(9), stored_payload={"evaluation_id": str(EVALUATION), "reason": "old"})
     assert refused.read() is None
     # Then it is about no evaluation: the row stays as the admissible events left it
     assert evaluation_key(refused) is None
