@@ -100,8 +100,19 @@ class EmbeddedResult:
         return {
             "evaluation": TypeAdapter(EvaluationView).dump_python(self.evaluation, mode="json"),
             "trace_id": self.trace_id,
-            "events": TypeAdapter(list[StoredEvent]).dump_python(self.events, mode="json"),
+            "events": _events_json(self.events),
         }
+
+
+def _events_json(events: list[StoredEvent]) -> list[dict[str, Any]]:
+    """The events as a result's JSON gives them: each field, and the payload as its document
+    (``StoredEvent.payload``; the field behind it may hold the text it was stored as)."""
+    dumped = TypeAdapter(list[StoredEvent]).dump_python(
+        events, mode="json", exclude={"__all__": {"stored_payload"}}
+    )
+    return [
+        {**fields, "payload": event.payload} for fields, event in zip(dumped, events, strict=True)
+    ]
 
 
 async def evaluate(
