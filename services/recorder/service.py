@@ -31,6 +31,12 @@ __all__ = ["RecorderService"]
 
 log = logging.getLogger(__name__)
 
+# How long the first event after a quiet spell waits for those produced with it. A dispatch's
+# requested, scheduled and started arrive within ~10 ms: stored in one transaction, not three,
+# they cost the recorder about 8 ms less CPU (a transaction is ~4 ms of it on a 2-core Xeon,
+# whatever it holds), none of it while the evaluation is being dispatched (issue 24).
+LINGER_S = 0.02
+
 
 class RecorderService:
     name = "recorder"
@@ -62,7 +68,7 @@ class RecorderService:
             what=f"{self.name}: migrating the event store",
         )
         self._store = EventStore.from_url(url)
-        self._writer = BatchWriter(self._store.append_entries)
+        self._writer = BatchWriter(self._store.append_entries, linger_s=LINGER_S)
         await self._bus.start()  # declares every partition's queue (the runtime's bus does)
         topology, partitions = self._bus.topology, self._settings.recorder_partitions
         queue = topology.recorder_queue(self.partition, partitions)

@@ -83,3 +83,25 @@ async def test_the_writer_recovers_after_a_failure() -> None:
         await writer.submit([heartbeat(1)])
     store.fail = False
     assert await writer.submit([heartbeat(2)]) == [True]
+
+
+async def test_after_a_quiet_spell_events_arriving_together_share_a_transaction() -> None:
+    store = Store()
+    writer = BatchWriter(store.append_entries, linger_s=0.05)
+
+    async def later(n: int) -> list[bool]:
+        await asyncio.sleep(0.01 * n)  # produced a few milliseconds apart
+        return await writer.submit([heartbeat(n)])
+
+    assert await asyncio.gather(*(later(n) for n in range(3))) == [[True]] * 3
+    assert store.batches == [["a0", "a1", "a2"]]
+
+
+async def test_while_events_flow_the_next_write_does_not_linger() -> None:
+    store = Store()
+    writer = BatchWriter(store.append_entries, linger_s=1.0)
+    assert await writer.submit([heartbeat(1)]) == [True]  # lingers: the start was quiet
+    # Right after a write, events are flowing: the next is written at once, not in 1 s.
+    async with asyncio.timeout(0.5):
+        assert await writer.submit([heartbeat(2)]) == [True]
+    assert store.batches == [["a1"], ["a2"]]
