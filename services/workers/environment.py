@@ -3,7 +3,10 @@
 ``environment()`` runs at the start of every evaluation, on the worker's event loop, so it
 must stay cheap (well under 50 ms): what cannot change while the process lives (CPU model,
 GPUs, library versions, torch's build) is read once and kept; what can (load, free memory,
-busy processes, thread counts) is read each time.
+thread counts) is read each time. ``busy_before()``, the look back at which other processes
+were busy, runs as the measurement starts: it reads every process's CPU time, which took
+2-3 ms of the 15 ms from a request to its worker's start when it was part of the
+environment (issue 24), and the run's start, not the job's, is what it speaks of.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "FRAMEWORK_LIBRARIES",
     "HEAVY_CPU_PERCENT",
     "Gpu",
+    "busy_before",
     "capabilities",
     "environment",
     "gpus",
@@ -60,6 +64,10 @@ _OURS = "a dlscope framework process, running as this evaluation started"
 _SHORTEST_WINDOW_S = 0.1
 # One read of /proc/<pid>/stat: its line is a few hundred bytes (52 fields and the name).
 _STAT_BYTES = 4096
+# Its fields after the name: utime and stime are 11 and 12, the start time 19.
+_START_FIELD = 19
+# Stat files kept open at most (one descriptor each), of the worker's usual 1 024.
+_KEPT_OPEN = 256
 _NVIDIA_SMI_QUERY = "index,name,memory.total,driver_version,uuid"
 
 
@@ -205,6 +213,7 @@ class _CpuUse:
         self._seen_at: float | None = None
         # pid -> (process start time, CPU seconds used): the start time tells a reused pid.
         self._used: dict[int, tuple[float, float]] = {}
+        self._files = _StatFiles()
 
     def look(self, ours: Collection[int] = ()) -> tuple[float | None, list[dict[str, Any]]]:
         """The window in seconds and the processes over ``HEAVY_CPU_PERCENT`` in it, busiest
@@ -222,7 +231,7 @@ class _CpuUse:
         own = os.getpid()
         used: dict[int, tuple[float, float]] = {}
         heavy = []
-        for pid, name, seconds, started in _processes():
+        for pid, name, seconds, started in _processes(files=self._files):
             if pid == own:
                 continue
             used[pid] = (started, seconds)
@@ -246,10 +255,66 @@ class _CpuUse:
         return window, heavy[:_HEAVY_LISTED]
 
 
-def _processes(proc: Path = _PROC) -> Iterator[tuple[int, str, float, float]]:
+class _StatFiles:
+    """``/proc/<pid>/stat`` of each process, kept open between looks.
+
+    Every run's start reads every process's: a read of a file kept open costs one system call
+    where opening it costs three, and under load (every service busy with a job being
+    dispatched) that was a third of the look's 3 ms. A file kept open stays its process's: once
+    the process is gone it answers ESRCH, even if its pid was given to another, which is then
+    opened afresh. At most ``_KEPT_OPEN`` are kept (a host with thousands of processes must
+    not take the worker's descriptors); the others are opened each time, as before.
+    """
+
+    def __init__(self, proc: Path = _PROC, *, keep: int = _KEPT_OPEN) -> None:
+        self._root = os.fspath(proc)
+        self._keep = keep
+        self._open: dict[str, int] = {}
+
+    def read(self, pids: list[str]) -> Iterator[tuple[str, bytes]]:
+        """Each of ``pids``' stat line that can be read, with its pid; files of processes
+        no longer listed are closed."""
+        for gone in self._open.keys() - set(pids):
+            os.close(self._open.pop(gone))
+        for pid in pids:
+            kept = self._open.get(pid)
+            if kept is not None:
+                try:
+                    yield pid, os.pread(kept, _STAT_BYTES, 0)
+                    continue
+                except OSError:  # that process is gone: the pid may be another's now
+                    os.close(self._open.pop(pid))
+            try:
+                descriptor = os.open(f"{self._root}/{pid}/stat", os.O_RDONLY)
+            except OSError:
+                continue  # gone since the listing, or not ours to read
+            try:
+                stat = os.read(descriptor, _STAT_BYTES)
+            except OSError:
+                os.close(descriptor)
+                continue
+            if len(self._open) < self._keep:
+                self._open[pid] = descriptor
+            else:
+                os.close(descriptor)
+            yield pid, stat
+
+    def close(self) -> None:
+        for descriptor in self._open.values():
+            os.close(descriptor)
+        self._open.clear()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _processes(
+    proc: Path = _PROC, files: _StatFiles | None = None
+) -> Iterator[tuple[int, str, float, float]]:
     """Every process we may read: (pid, name, CPU seconds used, start time). From /proc
-    directly where there is one: each evaluation's start reads them all, and psutil takes
-    two to four times as long (milliseconds on the dispatch path)."""
+    directly where there is one (through ``files``, kept open between calls, if given):
+    each evaluation's start reads them all, and psutil takes two to four times as long
+    (milliseconds on the dispatch path)."""
     if not proc.is_dir():
         for process in psutil.process_iter(["name", "cpu_times", "create_time"]):
             times, started = process.info["cpu_times"], process.info["create_time"]
@@ -257,24 +322,13 @@ def _processes(proc: Path = _PROC) -> Iterator[tuple[int, str, float, float]]:
                 yield process.pid, process.info["name"], times.user + times.system, started
         return
     # Plain strings and descriptors, not pathlib: its objects cost more than the reads do.
-    root = os.fspath(proc)
-    pids = [name for name in os.listdir(root) if name.isdigit()]
-    for pid in pids:
-        try:
-            descriptor = os.open(f"{root}/{pid}/stat", os.O_RDONLY)
-        except OSError:
-            continue  # gone since the listing, or not ours to read
-        try:
-            stat = os.read(descriptor, _STAT_BYTES)
-        except OSError:
-            continue
-        finally:
-            os.close(descriptor)
+    pids = [name for name in os.listdir(proc) if name.isdigit()]
+    for pid, stat in (files or _StatFiles(proc, keep=0)).read(pids):
         # "pid (comm) state ppid ...": the name may hold spaces and parentheses.
         head, _, rest = stat.rpartition(b")")
-        fields = rest.split()
+        fields = rest.split(maxsplit=_START_FIELD + 1)  # not the 30 fields after it
         try:
-            ticks, started = int(fields[11]) + int(fields[12]), float(fields[19])
+            ticks, started = int(fields[11]) + int(fields[12]), float(fields[_START_FIELD])
         except (IndexError, ValueError):
             continue
         name = head.partition(b"(")[2].decode(errors="replace")
@@ -330,19 +384,15 @@ def environment(
     *,
     seed: int,
     build: dict[str, Any] | None = None,
-    ours: Collection[int] = (),
 ) -> dict[str, Any]:
     """Everything needed to reproduce or question a measurement, read at its start.
 
     ``framework`` is the predictor's description (``framework``, ``framework_version``);
     ``seed`` seeds the evaluation's generated inputs; ``build`` is the framework's build as
-    its framework process read it (``services.workers.framework.build``); ``ours`` are the
-    framework processes of this process's workers: named among the heavy processes when
-    they are measuring now (another member of an experiment), left out when idle (this
-    worker's own, between jobs).
+    its framework process read it (``services.workers.framework.build``). The processes busy
+    before the run are ``busy_before()``'s, read when the run starts.
     """
     load1, load5, load15 = os.getloadavg()
-    window, heavy = _cpu_use.look(ours)
     name = str(framework.get("framework", ""))
     return {
         **_machine(),
@@ -354,10 +404,23 @@ def environment(
         "cpu_governor": _governor(),
         "load_average": [load1, load5, load15],
         "memory_available_bytes": psutil.virtual_memory().available,
-        # None when unknown (no earlier look, or one too recent): the load average speaks.
-        "heavy_processes": None if window is None else heavy,
-        "heavy_processes_window_s": window,
         "dlscope_version": _distribution_version("dlscope") or "unknown",
         "numpy_version": _distribution_version("numpy"),
         "seed": seed,
+    }
+
+
+def busy_before(ours: Collection[int] = ()) -> dict[str, Any]:
+    """The processes over ``HEAVY_CPU_PERCENT`` since the previous look (the worker's
+    announcement, or the previous run's start), busiest first, and that window in seconds.
+
+    ``ours`` are the framework processes of this process's workers: named among them when
+    they are measuring now (another member of an experiment), left out when idle (this
+    worker's own, between jobs). Both None when there is no window long enough to tell.
+    """
+    window, heavy = _cpu_use.look(ours)
+    # None when unknown (no earlier look, or one too recent): the load average speaks.
+    return {
+        "heavy_processes": None if window is None else heavy,
+        "heavy_processes_window_s": window,
     }

@@ -34,7 +34,7 @@ from typing import Any
 from opentelemetry.trace import Tracer
 
 from services.workers.devices import worker_device
-from services.workers.environment import environment, host_name
+from services.workers.environment import busy_before, environment, host_name
 from services.workers.handover import MEASURE_JOB
 from services.workers.isolation import FrameworkProcess
 from services.workers.leases import DeviceBusy, DeviceLeases, Held, Holder
@@ -151,7 +151,6 @@ class JobRunner:
                 {"framework": self._framework.framework, "framework_version": described.version},
                 seed=job.scenario.seed,
                 build=described.build,
-                ours=FrameworkProcess.running,
             )
             await publish(
                 EvaluationStarted(
@@ -327,6 +326,9 @@ class JobRunner:
             return "artifact", str(exc)
         try:
             async with self._device(job, tell, until) as window:
+                # The look back at other busy processes, as the run starts: the device is
+                # held, this worker's framework process idle until the call.
+                captured.update(busy_before(FrameworkProcess.running))
                 run = await self._framework.call(
                     MEASURE_JOB,
                     job,

@@ -160,6 +160,11 @@ async def test_a_concurrent_evaluation_takes_no_lease_is_labelled_and_told_so(
     (measured,) = [e["payload"] for e in events if e["type"] == "evaluation.measured"]
     assert (measured["lease"]["held"], measured["lease"]["waited_s"]) == (False, 0)
     assert measured["conditions"]["concurrent"] is True
+    # The look back at other busy processes is taken as the run starts, not when the job
+    # was accepted: in the measurement's conditions, not in the started event's environment.
+    assert "heavy_processes" in measured["conditions"]
+    (started,) = [e["payload"] for e in events if e["type"] == "evaluation.started"]
+    assert "heavy_processes" not in started["environment"]
 
 
 @pytest.mark.parametrize("path", ["/v1/evaluations", "/v1/experiments"])

@@ -3,6 +3,7 @@ of every evaluation, which is read at the evaluation's start and so must stay ch
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -19,7 +20,7 @@ import psutil
 import pytest
 
 from services.workers import environment as env
-from services.workers.environment import Gpu, capabilities, environment, gpus
+from services.workers.environment import Gpu, busy_before, capabilities, environment, gpus
 from services.workers.framework.build import framework_build
 
 ONNXRUNTIME = {"framework": "onnxruntime", "framework_version": version("onnxruntime")}
@@ -173,14 +174,14 @@ def test_reading_an_environment_imports_no_framework() -> None:
     assert out.strip() == "[]"
 
 
-def test_a_busy_process_is_named_in_the_next_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_busy_process_is_named_in_the_next_look(monkeypatch: pytest.MonkeyPatch) -> None:
     # The machine may be shared: a spinning process gets at least a fifth of a CPU.
     monkeypatch.setattr(env, "HEAVY_CPU_PERCENT", 20.0)
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        assert environment(ONNXRUNTIME, seed=0)["heavy_processes"] is None  # nothing to compare
+        assert busy_before()["heavy_processes"] is None  # nothing to compare
         time.sleep(1.0)
-        described = environment(ONNXRUNTIME, seed=0)
+        described = busy_before()
     finally:
         spinner.kill()
         spinner.wait()
@@ -193,7 +194,7 @@ def test_a_busy_process_is_named_in_the_next_environment(monkeypatch: pytest.Mon
 
 def test_a_window_too_short_to_tell_is_reported_unknown() -> None:
     capabilities()  # the worker's announcement opens the window
-    described = environment(ONNXRUNTIME, seed=0)  # a few milliseconds later
+    described = busy_before()  # a few milliseconds later
     assert described["heavy_processes"] is None
     assert described["heavy_processes_window_s"] is None
 
@@ -201,12 +202,12 @@ def test_a_window_too_short_to_tell_is_reported_unknown() -> None:
 def test_the_announcement_opens_the_first_window() -> None:
     capabilities()
     time.sleep(0.2)
-    described = environment(ONNXRUNTIME, seed=0)
+    described = busy_before()
     assert described["heavy_processes_window_s"] >= 0.2
     assert isinstance(described["heavy_processes"], list)
 
 
-def test_reading_the_environment_takes_under_50_ms() -> None:
+def test_reading_the_environment_and_the_look_back_takes_under_50_ms() -> None:
     capabilities()
     environment(ONNXRUNTIME, seed=0)  # the first reading fills the caches
     times = []
@@ -214,6 +215,7 @@ def test_reading_the_environment_takes_under_50_ms() -> None:
         time.sleep(0.1)  # every reading a real one, each with a window to measure
         start = time.perf_counter()
         environment(ONNXRUNTIME, seed=0)
+        busy_before()
         times.append(time.perf_counter() - start)
     # The best of five: the machine is shared, and one reading may wait for a CPU.
     assert min(times) < 0.05
@@ -245,14 +247,14 @@ def test_a_framework_process_measuring_now_is_named_and_one_idle_now_is_not(
     stranger = subprocess.Popen([sys.executable, "-c", SPIN_UNTIL_TOLD])
     try:
         time.sleep(0.3)  # each has installed its handler and spins
-        environment(ONNXRUNTIME, seed=0)  # opens the window
+        busy_before()  # opens the window
         time.sleep(1.0)
         for process in (finished, stranger):
             process.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + 5
         while not (idle(finished) and idle(stranger)) and time.monotonic() < deadline:
             time.sleep(0.02)
-        described = environment(ONNXRUNTIME, seed=0, ours={measuring.pid, finished.pid})
+        described = busy_before(ours={measuring.pid, finished.pid})
     finally:
         for process in (measuring, finished, stranger):
             process.kill()
@@ -274,3 +276,36 @@ def test_the_processes_read_from_proc_are_those_psutil_reads() -> None:
     assert direct[me][0] == portable[me][0]
     assert abs(direct[me][1] - portable[me][1]) < 1.0  # CPU seconds, read a moment apart
     assert len(direct.keys() & portable.keys()) >= 0.9 * len(portable)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="no /proc on this system")
+def test_stat_files_kept_open_read_fresh_and_are_closed_when_their_process_ends() -> None:
+    files = env._StatFiles()
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        first = {pid: used for pid, _, used, _ in env._processes(files=files)}
+        assert spinner.pid in first
+        deadline = time.monotonic() + 10
+        while True:  # the file kept open reads the CPU time used since, not the first reading
+            later = {pid: used for pid, _, used, _ in env._processes(files=files)}
+            if later[spinner.pid] > first[spinner.pid] or time.monotonic() > deadline:
+                break
+        assert later[spinner.pid] > first[spinner.pid]
+        assert f"/proc/{spinner.pid}/stat" in open_files()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    after = {pid for pid, _, _, _ in env._processes(files=files)}
+    assert spinner.pid not in after
+    assert f"/proc/{spinner.pid}/stat" not in open_files()
+    assert f"/proc/{os.getpid()}/stat" in open_files()  # the living are kept open
+    files.close()
+    assert f"/proc/{os.getpid()}/stat" not in open_files()
+
+
+def open_files() -> set[str]:
+    found = set()
+    for descriptor in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            found.add(os.readlink(f"/proc/self/fd/{descriptor}"))
+    return found
