@@ -67,7 +67,8 @@ __all__ = ["JobRunner"]
 
 log = logging.getLogger(__name__)
 
-# What the validity verdict reads from the environment captured at an evaluation's start.
+# What the validity verdict reads from the environment captured at an evaluation's start and
+# the look back at busy processes as its run starts.
 CONDITIONS = ("cpu_governor", "load_average", "cpu_threads", "heavy_processes")
 # A wait for the device ends this much before the scheduler's own deadline for the job
 # (DLSCOPE_EVALUATION_TIMEOUT_S from its start), so the failure says what it waited for.
@@ -328,7 +329,7 @@ class JobRunner:
             async with self._device(job, tell, until) as window:
                 # The look back at other busy processes, as the run starts: the device is
                 # held, this worker's framework process idle until the call.
-                captured.update(busy_before(FrameworkProcess.running))
+                looked = {**captured, **busy_before(FrameworkProcess.running)}
                 run = await self._framework.call(
                     MEASURE_JOB,
                     job,
@@ -354,7 +355,7 @@ class JobRunner:
             run=run.native,
             loadgen=run.loadgen,
             conditions={
-                **{k: captured[k] for k in CONDITIONS if k in captured},
+                **{k: looked[k] for k in CONDITIONS if k in looked},
                 "concurrent": job.concurrent,
             },
             layers=run.layers,

@@ -83,7 +83,11 @@ async def deployment(rabbitmq_url: str) -> AsyncIterator[Deployment]:
             assert deprecated.status_code == 204, deprecated.text
 
             async def listed() -> bool:
-                versions = (await http.get(f"/v1/models/{HOSTILE}")).json()
+                # 404 until the recorder has stored the first registration.
+                response = await http.get(f"/v1/models/{HOSTILE}")
+                if response.status_code == 404:
+                    return False
+                versions = response.json()
                 return any(v.get("deprecated") for v in versions) and len(versions) == 2
 
             await eventually(listed, timeout=60)

@@ -282,6 +282,8 @@ def test_the_processes_read_from_proc_are_those_psutil_reads() -> None:
 def test_stat_files_kept_open_read_fresh_and_are_closed_when_their_process_ends() -> None:
     files = env._StatFiles()
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    # Started here, so no other reader in this process has its stat file open.
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         first = {pid: used for pid, _, used, _ in env._processes(files=files)}
         assert spinner.pid in first
@@ -292,15 +294,18 @@ def test_stat_files_kept_open_read_fresh_and_are_closed_when_their_process_ends(
                 break
         assert later[spinner.pid] > first[spinner.pid]
         assert f"/proc/{spinner.pid}/stat" in open_files()
-    finally:
         spinner.kill()
         spinner.wait()
-    after = {pid for pid, _, _, _ in env._processes(files=files)}
-    assert spinner.pid not in after
-    assert f"/proc/{spinner.pid}/stat" not in open_files()
-    assert f"/proc/{os.getpid()}/stat" in open_files()  # the living are kept open
-    files.close()
-    assert f"/proc/{os.getpid()}/stat" not in open_files()
+        after = {pid for pid, _, _, _ in env._processes(files=files)}
+        assert spinner.pid not in after
+        assert f"/proc/{spinner.pid}/stat" not in open_files()
+        assert f"/proc/{sleeper.pid}/stat" in open_files()  # the living are kept open
+        files.close()
+        assert f"/proc/{sleeper.pid}/stat" not in open_files()
+    finally:
+        for process in (spinner, sleeper):
+            process.kill()
+            process.wait()
 
 
 def open_files() -> set[str]:
