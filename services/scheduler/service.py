@@ -414,14 +414,17 @@ class SchedulerService:
             await self._fail(envelope, decided.stage, decided.reason)
             return
         # Together: each waits for the broker's confirm, and the worker need not wait for the
-        # event's before it gets its job (the read models take the two in either order).
+        # event's before it gets its job. The event's frames go out first on the channel, so
+        # the broker queues it for the recorder before the worker can have the job: the
+        # stream stores scheduled before started (the recorder's linger puts the two in one
+        # transaction, in the order they were queued).
         await asyncio.gather(
+            self._bus.publish(envelope.caused(decided.scheduled, producer=self.name)),
             self._bus.publish(
                 envelope.caused(decided.job, producer=self.name),
                 exchange=self._bus.topology.jobs,
                 routing_key=decided.routing_key,
             ),
-            self._bus.publish(envelope.caused(decided.scheduled, producer=self.name)),
         )
         self._watch(envelope)
 
