@@ -90,7 +90,6 @@ class BatchWriter:
                 try:
                     stored = await self._write([item for s in batch for item in s.entries])
                 except Exception as exc:
-                    self._last_write_ended = time.monotonic()
                     # Fail what is waiting too: writing later events before the failed ones
                     # are retried would put a stream out of order.
                     batch.extend(self._pending)
@@ -99,7 +98,8 @@ class BatchWriter:
                         if not submission.stored.done():
                             submission.stored.set_exception(exc)
                     return
-                self._last_write_ended = time.monotonic()
+                finally:
+                    self._last_write_ended = time.monotonic()
                 start = 0
                 for submission in batch:
                     end = start + len(submission.entries)

@@ -414,10 +414,11 @@ class SchedulerService:
             await self._fail(envelope, decided.stage, decided.reason)
             return
         # Together: each waits for the broker's confirm, and the worker need not wait for the
-        # event's before it gets its job. The event's frames go out first on the channel, so
-        # the broker queues it for the recorder before the worker can have the job: the
-        # stream stores scheduled before started (the recorder's linger puts the two in one
-        # transaction, in the order they were queued).
+        # event's before it gets its job. The event is sent first: on the one publishing
+        # channel (its lock taken in call order, the events exchange known since the
+        # discovery call) its frames go out before the job's, so the broker queues it for
+        # the recorder before the worker can have the job, and the stream stores scheduled
+        # before started (the recorder's linger puts the two in one transaction).
         await asyncio.gather(
             self._bus.publish(envelope.caused(decided.scheduled, producer=self.name)),
             self._bus.publish(

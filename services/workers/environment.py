@@ -313,8 +313,8 @@ def _processes(
 ) -> Iterator[tuple[int, str, float, float]]:
     """Every process we may read: (pid, name, CPU seconds used, start time). From /proc
     directly where there is one (through ``files``, kept open between calls, if given):
-    each evaluation's start reads them all, and psutil takes two to four times as long
-    (milliseconds on the dispatch path)."""
+    each run's start reads them all, and psutil takes two to four times as long
+    (milliseconds)."""
     if not proc.is_dir():
         for process in psutil.process_iter(["name", "cpu_times", "create_time"]):
             times, started = process.info["cpu_times"], process.info["create_time"]
