@@ -9,10 +9,10 @@ SmolLM2-135M-Instruct.
    the length pinned, so drift on the shared machine hits both alike. Figures: each side's
    TTFT and E2E medians, and the median over rounds of dlscope's E2E / bare E2E with its 95 %
    bootstrap interval (the goal: under 1 %).
-2. The open loop (``served.run_open_loop``, the server scenario's driver) at several Poisson
-   rates, past what the server can answer: every request issued at its arrival on a thread of
-   its own. Figures per rate: the client's lag (issue - scheduled time) p50, p99 and max, the
-   most requests in flight, and what the verdict rule makes of the lag.
+2. The open loop (``shared.measurement.open_loop``, a served model's server scenario) at
+   several Poisson rates, past what the server can answer: every request issued at its
+   arrival on a thread of its own. Figures per rate: the client's lag (issue - scheduled time)
+   p50, p99 and max, the most requests in flight, and what the verdict rule makes of the lag.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import orjson
 from bench.common import median_ci95, percentiles
 from harness.llama_server import KEY, SERVED, SERVER_PYTHON, llama_server
 from services.workers.framework.endpoint import Endpoint, Sampling
-from services.workers.framework.generation import Generated
-from services.workers.framework.served import run_open_loop
+from services.workers.framework.ports import Generated
 from shared.measurement.generation import LAG_FLOOR_NS, MAX_LAG_FRACTION
+from shared.measurement.open_loop import run_open_loop
 from shared.messages import Server, WarmupSettings
 
 __all__ = ["run"]

@@ -3,7 +3,7 @@ same process, and ONNX Runtime against PyTorch on SmolLM2-135M-Instruct.
 
 For each framework installed here (the zoo's ``smollm2`` exports, built into a temporary
 folder):
-- dlscope: the worker's own generator (``services.workers.framework.generation.Generator``)
+- dlscope: the worker's own generator (``services.workers.framework.generator.Generator``)
   around the predictor's ``predict``, which keeps every token's time;
 - bare: what a user would write, on the predictor's own session (one set of weights, one
   thread pool): prefill, then decode steps feeding the cache back, greedy, with one clock
@@ -37,8 +37,10 @@ from typing import Any
 import numpy as np
 
 from bench.common import median_ci95, percentiles
-from services.workers.framework.generation import Generator, prompts
-from services.workers.framework.predictors import Predictor, predictor_factory
+from services.workers.framework.frameworks import framework_for
+from services.workers.framework.generator import Generator
+from services.workers.framework.predictors import Predictor
+from services.workers.framework.sessions.prompts import prompt_ids
 from shared.errors import ConfigurationError
 from shared.manifests import ModelManifest
 from shared.processing.text import load_tokenizer, synthetic_texts
@@ -72,7 +74,7 @@ def _run(scale: float) -> dict[str, Any]:
         built = {m.framework.name: m for m, _ in build_smollm(Path(folder))}
         for framework, manifest in built.items():
             try:
-                predictor_factory(framework)
+                framework_for(framework)
             except ConfigurationError as exc:
                 skipped[framework] = str(exc)
                 continue
@@ -97,8 +99,8 @@ def _opened(
     sequence ignored) and ``count`` seeded prompts of 64 vocabulary words; closed after."""
     assert manifest.tokenizer is not None
     tokenizer = load_tokenizer(str(folder / Path(manifest.tokenizer.uri).name))
-    asked = prompts(manifest, synthetic_texts(tokenizer, count, 64, seed=seed), tokenizer)
-    predictor = predictor_factory(framework).create()
+    asked = prompt_ids(manifest, synthetic_texts(tokenizer, count, 64, seed=seed), tokenizer)
+    predictor = framework_for(framework).create()
     predictor.open(manifest, folder / Path(manifest.source.uri).name, hardware="cpu")
     try:
         yield predictor, Generator(manifest, predictor.predict, TOKENS, ignore_eos=True), asked

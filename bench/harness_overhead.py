@@ -1,9 +1,9 @@
 """Harness overhead: dlscope's measured latency against a bare loop on the same framework.
 
 For each framework installed here and each model, in one process:
-- dlscope: the worker's own code path, the predictor from ``predictor_factory`` opened on
+- dlscope: the worker's own code path, the predictor from ``frameworks.framework_for`` opened on
   the CPU and timed by ``shared.measurement.run_scenario`` around ``predictor.predict(inputs)``,
-  exactly as ``services/workers/framework/measurement.py`` ``measure`` does;
+  exactly as ``services/workers/framework/sessions/inference.py`` measures;
 - both again inside a ``FrameworkProcess`` (``services.workers.isolation``), where a worker
   has measured since every framework got its own process ("isolated" in the results);
 - bare: a loop timing the same framework session (the predictor's own: one set of weights,
@@ -34,9 +34,11 @@ from typing import Any
 import numpy as np
 
 from bench.common import median_ci95, percentiles
-from services.workers.framework.inputs import synthetic_inputs
-from services.workers.framework.predictors import Predictor, predictor_factory
+from services.workers.framework.frameworks import framework_for
+from services.workers.framework.predictors import Predictor
 from services.workers.framework.session import Session
+from services.workers.framework.sessions.inputs import synthetic_inputs
+from services.workers.handover import FrameworkCall, FrameworkOptions
 from services.workers.isolation import FrameworkProcess
 from shared.artifacts import ArtifactCache, sha256_of
 from shared.config import REPOSITORY_ROOT
@@ -98,7 +100,7 @@ def _cases(folder: Path, skipped: dict[str, str]) -> list[Case]:
     cases = []
     for framework in ("onnxruntime", "pytorch"):
         try:
-            predictor_factory(framework)
+            framework_for(framework)
         except ConfigurationError as exc:
             skipped[framework] = str(exc)
             continue
@@ -128,7 +130,7 @@ NO_WARMUP = WarmupSettings(max_windows=0)
 
 
 def _compare(case: Case, rounds: int) -> dict[str, Any]:
-    predictor = predictor_factory(case.framework).create()
+    predictor = framework_for(case.framework).create()
     predictor.open(case.manifest, case.path, hardware="cpu")
     try:
         inputs = synthetic_inputs(case.manifest, batch_size=1, seed=0)
@@ -179,10 +181,10 @@ async def _compare_isolated(case: Case, rounds: int, home: Path) -> dict[str, An
     """``_compare`` run inside a framework process, where a worker now measures: dlscope's
     driver against the bare loop in that same process. (Not against a loop in this process:
     two live sessions' thread pools, spinning after each query, would slow each other.)"""
-    framework = FrameworkProcess(case.framework, "cpu", home=home)
+    framework = FrameworkProcess(case.framework, "cpu", options=FrameworkOptions(home=home))
     try:
         result: dict[str, Any] = await framework.call(
-            f"{__name__}:compare_in_session", case, rounds
+            FrameworkCall(f"{__name__}:compare_in_session", dict), case, rounds
         )
     finally:
         await framework.close()

@@ -2,7 +2,7 @@
 often a run with CPU hogs is caught.
 
 overhead: in one process, the worker's own measuring path (``run_scenario`` around the
-    predictor's ``predict``, as services/workers/framework/measurement.py runs it) with the
+    predictor's ``predict``, as services/workers/framework/sessions/inference.py runs it) with the
     timed window's snapshots on and off, alternated block by block (on-off, then off-on, so drift
     hits both alike); the figure is the median over rounds of p50(on) / p50(off), with its
     95 % bootstrap interval, for squeezenet (milliseconds) and digits-cnn (tens of µs), plus
@@ -38,8 +38,8 @@ import numpy as np
 from bench.common import median_ci95, percentiles
 from dlscope.cli.live import parse_line
 from harness.quiet import wait_until_quiet
-from services.workers.framework.inputs import synthetic_inputs
-from services.workers.framework.predictors import predictor_factory
+from services.workers.framework.frameworks import framework_for
+from services.workers.framework.sessions.inputs import synthetic_inputs
 from shared.artifacts import ArtifactCache
 from shared.config import REPOSITORY_ROOT
 from shared.manifests import ModelManifest, load_manifest
@@ -126,7 +126,7 @@ def _snapshot_cost_us(watch: MachineWatch, count: int = 1000) -> dict[str, float
 def _alternate(
     manifest: ModelManifest, path: Path, watch: MachineWatch, per_block: int
 ) -> dict[str, Any]:
-    predictor = predictor_factory("onnxruntime").create()
+    predictor = framework_for("onnxruntime").create()
     predictor.open(manifest, path, hardware="cpu")
     try:
         inputs = synthetic_inputs(manifest, batch_size=1, seed=0)

@@ -31,11 +31,12 @@ from typing import Any
 import numpy as np
 
 from dlscope.zoo import build_digits
-from services.workers.framework.inputs import synthetic_inputs
-from services.workers.framework.measurement import measure
-from services.workers.framework.predictors import Profiles, Unavailable, predictor_factory
+from services.workers.framework.frameworks import framework_for
+from services.workers.framework.predictors import Profiles, Unavailable
 from services.workers.framework.profiling import PROFILER_WARMUP
-from services.workers.handover import TracedPass, TracedQuery, Tracing
+from services.workers.framework.sessions import session_for
+from services.workers.framework.sessions.inputs import synthetic_inputs
+from services.workers.handover import JobInputs, TracedPass, TracedQuery, Tracing
 from services.workers.tracing import record_trace
 from shared.artifacts import ArtifactCache
 from shared.manifests import ModelManifest, load_manifest
@@ -86,7 +87,8 @@ def _measure(
         trace_queries=TRACE_QUERIES,
     )
     with tempfile.TemporaryDirectory() as results:
-        return measure(predictor_factory(framework), job, path, results_dir=Path(results))
+        inputs = JobInputs(model=path, results_dir=Path(results))
+        return session_for(framework_for(framework), job).measure(job, inputs)
 
 
 def _headline_p50_ms(run: Any) -> float:
@@ -105,7 +107,7 @@ def _timed(call: Any, inputs: dict[str, np.ndarray], queries: int) -> list[int]:
 def _raw_slowdowns(framework: str, manifest: ModelManifest, path: Path) -> dict[str, Any]:
     """Each profiler on the open model: rounds of plain queries alternating with rounds
     under the profiler (switched on for its round only)."""
-    predictor = predictor_factory(framework).create()
+    predictor = framework_for(framework).create()
     predictor.open(manifest, path, hardware="cpu")
     inputs = synthetic_inputs(manifest, batch_size=1, seed=0)
     found: dict[str, Any] = {}

@@ -4,7 +4,6 @@ many: used by the end-to-end tests and the benchmarks."""
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from dlscope import catalogue
 from dlscope.catalogue import package
 from harness.relay import free_port
 from harness.waiting import eventually
-from shared.config import REPOSITORY_ROOT
+from shared.config import REPOSITORY_ROOT, child_environment
 from shared.messages import FRAMEWORKS, HARDWARE, Topology
 from shared.messaging.amqp import AmqpBroker
 
@@ -75,15 +74,14 @@ class Deployment:
 
     @property
     def environment(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "DLSCOPE_BROKER_URL": self.broker_url,
-            "DLSCOPE_DATABASE_URL": self.database_url,
-            "DLSCOPE_NAMESPACE": self.namespace,
-            "DLSCOPE_HOME": str(self.workdir / "home"),
-            "DLSCOPE_HEARTBEAT_INTERVAL_S": "1",
-            "DLSCOPE_RECORDER_PARTITIONS": str(self.recorders),
-        }
+        return child_environment(
+            DLSCOPE_BROKER_URL=self.broker_url,
+            DLSCOPE_DATABASE_URL=self.database_url,
+            DLSCOPE_NAMESPACE=self.namespace,
+            DLSCOPE_HOME=str(self.workdir / "home"),
+            DLSCOPE_HEARTBEAT_INTERVAL_S="1",
+            DLSCOPE_RECORDER_PARTITIONS=str(self.recorders),
+        )
 
     @property
     def gateway_url(self) -> str:

@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import secrets
 import signal
 import socket
@@ -44,7 +43,7 @@ from harness.deployment import Deployment, fresh_database, purge_namespace
 from harness.hosts import Host, Hosts, hosts_missing, simulated_hosts
 from harness.relay import Relay
 from harness.waiting import eventually
-from shared.config import REPOSITORY_ROOT
+from shared.config import REPOSITORY_ROOT, child_environment
 from shared.messages import Topology
 from shared.messaging.amqp import AmqpBroker
 
@@ -103,9 +102,8 @@ class Fleet:
         home = self.workdir / "hosts" / host.name
         home.mkdir(parents=True, exist_ok=True)
         # Nothing of the control plane's configuration: only what a remote worker is given.
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
         environment = {
-            **inherited,
+            **child_environment(drop="DLSCOPE_"),
             "DLSCOPE_BROKER_URL": self.broker_url,
             "DLSCOPE_NAMESPACE": self.control_plane.namespace,
             "DLSCOPE_HOME": str(home / "home"),

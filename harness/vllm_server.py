@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.llama_server import KEY, SERVED, free_port, serving
-from shared.config import REPOSITORY_ROOT
+from shared.config import REPOSITORY_ROOT, child_environment
 
 __all__ = ["CHECKPOINT", "NOT_INSTALLED", "PLATFORM", "VLLM", "vllm_server"]
 
@@ -33,13 +33,12 @@ def vllm_server(log: Path, *, traces: str | None = None) -> Iterator[str]:
     """vLLM on a free port serving SmolLM2 as ``SERVED`` to the key ``KEY``, exporting its
     spans over OTLP/HTTP to ``traces`` (a ``…/v1/traces`` URL) if given; its API root."""
     port = free_port()
-    environment = {
-        **os.environ,
+    environment = child_environment(
         **PLATFORM,
-        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: SmolLM2 at 2 048 tokens needs far less
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
-        "OTEL_SERVICE_NAME": "vllm",
-    }
+        VLLM_CPU_KVCACHE_SPACE="1",  # GiB: SmolLM2 at 2 048 tokens needs far less
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",
+        OTEL_SERVICE_NAME="vllm",
+    )
     command = [
         str(VLLM),
         "serve",

@@ -1,7 +1,11 @@
 """Typed settings, read once from the environment (prefix ``DLSCOPE_``) and passed down.
 
-Nothing else in dlscope reads ``os.environ``: the entry points build one ``Settings`` and
-hand it to the services they start.
+Nothing else in dlscope reads or writes ``os.environ`` (tests/unit/test_environment_reads.py
+fails when a module does): the entry points build one ``Settings`` and hand it to the
+services they start; a worker hands its framework process what it needs over their
+connection (``services.workers.handover.FrameworkOptions``). What a child process inherits,
+and the one variable a framework reads at its import, are made here too
+(``child_environment``, ``quiet_framework_logs``).
 """
 
 from __future__ import annotations
@@ -10,18 +14,47 @@ import os
 import socket
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.artifacts import ArtifactLimits, check_artifact_url
 from shared.errors import ConfigurationError
 
-__all__ = ["REPOSITORY_ROOT", "Settings"]
+__all__ = [
+    "REPOSITORY_ROOT",
+    "Settings",
+    "child_environment",
+    "default_home",
+    "quiet_framework_logs",
+]
 
 # The built-in manifests and migrations live beside the packages (editable install).
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_home() -> Path:
+    """Where dlscope keeps its database, artifacts and results unless DLSCOPE_HOME says."""
+    return Path.home() / ".dlscope"
+
+
+def child_environment(*, drop: str | None = None, **changes: str | None) -> dict[str, str]:
+    """The environment of a process this one starts: this one's, less the variables whose
+    names start with ``drop``, with ``changes`` (None removes a variable)."""
+    environment = {k: v for k, v in os.environ.items() if drop is None or not k.startswith(drop)}
+    for name, value in changes.items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
+    return environment
+
+
+def quiet_framework_logs() -> None:
+    """TensorFlow's C++ logging above warnings only, unless the user set it: read once, at
+    its import, so set before."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 class Settings(BaseSettings):
@@ -29,7 +62,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="DLSCOPE_", frozen=True, extra="ignore")
 
-    home: Path = Field(default_factory=lambda: Path.home() / ".dlscope")
+    home: Path = Field(default_factory=default_home)
     broker_url: str = "memory://"
     # Empty means the embedded SQLite database under ``home``.
     database_url: str = ""
@@ -83,7 +116,12 @@ class Settings(BaseSettings):
     # it measures (e.g. http://127.0.0.1:8000/v1) and the key it sends, from the environment
     # only (never a command line, which other users of the host can read; never an event).
     endpoint_url: str | None = None
-    endpoint_api_key: str | None = Field(default=None, repr=False)
+    # OpenAI's own variable when dlscope's is not set, as OpenAI's clients read it.
+    endpoint_api_key: str | None = Field(
+        default=None,
+        repr=False,
+        validation_alias=AliasChoices("DLSCOPE_ENDPOINT_API_KEY", "OPENAI_API_KEY"),
+    )
     # How long one request may wait for its next chunk, and for a connection.
     endpoint_timeout_s: float = Field(default=60.0, gt=0)
     endpoint_connect_timeout_s: float = Field(default=5.0, gt=0)
@@ -107,6 +145,14 @@ class Settings(BaseSettings):
     # tells apart hosts that share /tmp (containers with a shared volume would set one
     # directory for them all; simulated hosts, harness.hosts, keep theirs apart by name).
     lease_dir: Path | None = None
+    # The OpenCL worker: the precompiled program (.aocx, .xclbin, or any OpenCL program
+    # binary) to load instead of building the kernels from source, required on a real FPGA
+    # board; and a substring of the OpenCL platform to use, when several are installed.
+    opencl_binary: Path | None = None
+    opencl_platform: str | None = None
+    # "lines": a ``dlscope`` run writes its progress as lines for the ``dlscope`` that started
+    # it (``--repeat``), rather than drawing it.
+    progress: Literal["lines"] | None = None
     # Which GPUs this process may use, as CUDA reads it: a GPU worker leases the first.
     cuda_visible_devices: str | None = Field(default=None, validation_alias="CUDA_VISIBLE_DEVICES")
 

@@ -157,7 +157,7 @@ class EmbeddedClient:
     def evaluate(self, request: EvaluationRequested, *, wait: bool) -> Evaluated:
         """Run ``request`` in this process (always to its end: nothing runs on without it)."""
         self._build_zoo_on_first_use(request.model)
-        with LiveEvaluations() as live:
+        with LiveEvaluations(lines=self.settings.progress == "lines") as live:
             outcome = _run(evaluate(self.settings, request, watch=live.observe))
         document = outcome.to_json()
         return Evaluated(
@@ -172,7 +172,7 @@ class EmbeddedClient:
         """Run ``request`` in this process, to its end."""
         model = request.models[0].model
         self._build_zoo_on_first_use(model)
-        with LiveEvaluations() as live:
+        with LiveEvaluations(lines=self.settings.progress == "lines") as live:
             outcome = _run(experiment(self.settings, request, watch=live.observe))
         view = outcome.experiment
         return Compared(

@@ -18,7 +18,7 @@ How one option reaches the kernel, ``-b 4`` (``batch_size``) for instance, in ei
    and calls ``MEASURE_JOB`` (``services/workers/handover.py``), ``measure_job`` in its
    framework process (``services/workers/framework/session.py``);
 5. ``measurement.measure`` asks the scenario for its plan, ``Scenario.measurement()``: a
-   ``BatchSweep`` of the one size 4 (``services/workers/framework/measurement.py``), and
+   ``BatchSweep`` of the one size 4 (``services/workers/framework/sessions/inference.py``), and
    builds the inputs of each query size before timing starts;
 6. ``run_scenario`` (``shared/measurement/drivers.py``) issues queries of 4 sample indices;
 7. ``run_query`` picks the inputs built for a query of that size;

@@ -13,7 +13,6 @@ line on stderr (``LINE_PREFIX`` + JSON), and the parent draws them in its own di
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -126,11 +125,12 @@ def columns() -> tuple[ProgressColumn, ...]:
 
 class LiveEvaluations:
     """One row per evaluation, on stderr (rich draws nothing animated where stderr is not a
-    terminal). With ``DLSCOPE_PROGRESS=lines`` in the environment it writes lines for a
-    parent ``dlscope`` instead. ``display`` shares another display (the parent's)."""
+    terminal). With ``lines`` (``DLSCOPE_PROGRESS=lines``, ``Settings.progress``) it writes
+    lines for a parent ``dlscope`` instead. ``display`` shares another display (the
+    parent's)."""
 
-    def __init__(self, display: Progress | None = None) -> None:
-        self._forward = os.environ.get(LINES_ENV) == "lines" and display is None
+    def __init__(self, display: Progress | None = None, *, lines: bool = False) -> None:
+        self._forward = lines and display is None
         self._own = display is None
         self.display = display or Progress(*columns(), console=errors, transient=False)
         self._tasks: dict[str, TaskID] = {}

@@ -9,7 +9,6 @@ written with ``--json`` differ by more than their noise.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from rich.table import Table
 from dlscope.cli.live import LINES_ENV, LiveEvaluations, columns, parse_line
 from dlscope.cli.machine import run_cells
 from dlscope.cli.terminal import console, errors, fail
+from shared.config import child_environment
 from shared.measurement import compare, summarize_repetitions
 from shared.measurement.validity import ValidityThresholds
 
@@ -72,7 +72,7 @@ def run_arguments(argv: list[str]) -> list[str]:
 def _run_child(command: list[str], live: LiveEvaluations) -> tuple[int, str]:
     """Run one repetition, drawing its progress (the lines it writes for us on stderr) in
     ``live``; its exit status and the rest of its stderr."""
-    environment = {**os.environ, LINES_ENV: "lines"}
+    environment = child_environment(**{LINES_ENV: "lines"})
     rest: list[str] = []
     with subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=environment

@@ -31,6 +31,7 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
+from shared.config import quiet_framework_logs
 from shared.errors import ArtifactError
 
 __all__ = ["SIGNATURE", "export_savedmodel", "run_savedmodel", "tensorflow_version"]
@@ -40,7 +41,7 @@ SIGNATURE = "serving_default"
 
 def tensorflow() -> Any:
     # TensorFlow logs its CPU-feature banner on import at INFO level: noise for a user.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_framework_logs()
     import tensorflow as tf
 
     return tf

@@ -12,9 +12,11 @@ takes a ``Session`` and answers with that type, so the name cannot drift from th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from shared.config import Settings, default_home
 from shared.measurement import ScenarioResult
 from shared.measurement.cost import JobReadings
 from shared.measurement.loadgen import LoadgenResult
@@ -32,7 +34,10 @@ from shared.messages import (
 __all__ = [
     "MEASURE_JOB",
     "Described",
+    "EndpointOptions",
     "FrameworkCall",
+    "FrameworkOptions",
+    "JobInputs",
     "Run",
     "TracedPass",
     "TracedQuery",
@@ -57,6 +62,47 @@ class FrameworkCall(Generic[R]):
 
 
 @dataclass(frozen=True)
+class EndpointOptions:
+    """The server an endpoint worker measures (``--framework endpoint``)."""
+
+    url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 60.0
+    connect_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class FrameworkOptions:
+    """What the framework process is told by its worker as it starts, over the connection
+    (never through its environment or its arguments, where a key would show): the settings
+    its framework reads, read once by the worker."""
+
+    # Where predictors keep what they build (TensorRT engines): the worker's home.
+    home: Path = field(default_factory=default_home)
+    endpoint: EndpointOptions = field(default_factory=EndpointOptions)
+    # The OpenCL engine's precompiled program and platform (DLSCOPE_OPENCL_*).
+    opencl_binary: Path | None = None
+    opencl_platform: str | None = None
+    # CUDA_VISIBLE_DEVICES as the worker has it: the GPU the process measures is its first.
+    visible_gpus: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> FrameworkOptions:
+        return cls(
+            home=settings.home,
+            endpoint=EndpointOptions(
+                url=settings.endpoint_url,
+                api_key=settings.endpoint_api_key,
+                timeout_s=settings.endpoint_timeout_s,
+                connect_timeout_s=settings.endpoint_connect_timeout_s,
+            ),
+            opencl_binary=settings.opencl_binary,
+            opencl_platform=settings.opencl_platform,
+            visible_gpus=settings.cuda_visible_devices,
+        )
+
+
+@dataclass(frozen=True)
 class Described:
     """What the framework process reports once it has imported its framework."""
 
@@ -65,6 +111,25 @@ class Described:
     # The framework's build as the environment capture reports it (torch's BLAS, threads).
     build: dict[str, Any]
     pid: int
+    # Whether its jobs need the model's weights here: False where the model runs elsewhere
+    # (a served model: the worker fetches its tokenizer only).
+    needs_weights: bool = True
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """What one job's measurement is given besides the job: where the worker put what it
+    fetched, where results go, and the trace context of its span for the job."""
+
+    # The model's weights; None where the framework needs none (``Described.needs_weights``).
+    model: Path | None
+    # Where a driver writes its own files (LoadGen's logs).
+    results_dir: Path
+    # A text model's fetched tokenizer.
+    tokenizer: Path | None = None
+    # The W3C trace context of the worker's span for the job, which a served model's
+    # requests carry to the server.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,5 +192,5 @@ class Run:
     perplexity: Perplexity | None = None  # and its perplexity on the data set's texts
 
 
-# One evaluation job's measurement: (job, model path, results folder) -> Run.
+# One evaluation job's measurement: (job, JobInputs) -> Run.
 MEASURE_JOB = FrameworkCall("services.workers.framework.session:measure_job", Run)

@@ -28,10 +28,9 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from services.workers.handover import Described, FrameworkCall
+from services.workers.handover import Described, FrameworkCall, FrameworkOptions
 from shared.errors import ArtifactError, ConfigurationError, PredictorError
 from shared.measurement.progress import Step
 
@@ -63,11 +62,17 @@ class FrameworkProcess:
     running: set[int] = set()  # noqa: RUF012  (shared by every instance, on purpose)
 
     def __init__(
-        self, framework: str, hardware: str, *, home: Path, deadline_s: float | None = None
+        self,
+        framework: str,
+        hardware: str,
+        *,
+        options: FrameworkOptions,
+        deadline_s: float | None = None,
     ) -> None:
         self.framework = framework
         self.hardware = hardware
-        self._home = home
+        # The settings its framework reads, told to each process this one starts.
+        self._options = options
         self._deadline_s = deadline_s
         self._process: subprocess.Popen[bytes] | None = None
         self._socket: socket.socket | None = None
@@ -169,8 +174,6 @@ class FrameworkProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                # Where predictors keep what they build (TensorRT engines): this worker's home.
-                env={**os.environ, "DLSCOPE_HOME": str(self._home)},
                 start_new_session=True,
             )
         finally:
@@ -199,6 +202,11 @@ class FrameworkProcess:
         ]
         for reader in self._readers:
             reader.start()
+        # Told first, over the connection: its settings never pass through its environment
+        # or its arguments, which other users of the host can read. A process that died
+        # before reading them is heard of below, as the connection ends.
+        with contextlib.suppress(OSError):
+            await asyncio.to_thread(self._connection.send, ("options", self._options))
         try:
             async with asyncio.timeout(_START_TIMEOUT_S):
                 kind, *rest = await self._next()

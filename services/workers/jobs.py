@@ -35,22 +35,20 @@ from opentelemetry.trace import Tracer
 
 from services.workers.devices import worker_device
 from services.workers.environment import busy_before, environment, host_name
-from services.workers.handover import MEASURE_JOB
+from services.workers.handover import MEASURE_JOB, JobInputs
 from services.workers.isolation import FrameworkProcess
 from services.workers.leases import DeviceBusy, DeviceLeases, Held, Holder
+from services.workers.measured import measured_event, report
 from services.workers.standing import no_longer_stands
 from services.workers.tracing import record_trace
 from shared.artifacts import ArtifactCache
-from shared.errors import ArtifactError, BrokerUnavailable, DlscopeError, MessageTooLarge
-from shared.manifests import SERVED_BY, matches
+from shared.errors import ArtifactError, BrokerUnavailable, DlscopeError
+from shared.manifests import matches
 from shared.measurement.progress import Step
 from shared.messages import (
     PROGRESS_KEY,
     CheckAttempt,
     Envelope,
-    EvaluationLateMeasurement,
-    EvaluationMeasured,
-    EvaluationProfiled,
     EvaluationProgress,
     EvaluationStarted,
     FailureStage,
@@ -67,9 +65,6 @@ __all__ = ["JobRunner"]
 
 log = logging.getLogger(__name__)
 
-# What the validity verdict reads from the environment captured at an evaluation's start and
-# the look back at busy processes as its run starts.
-CONDITIONS = ("cpu_governor", "load_average", "cpu_threads", "heavy_processes")
 # A wait for the device ends this much before the scheduler's own deadline for the job
 # (DLSCOPE_EVALUATION_TIMEOUT_S from its start), so the failure says what it waited for.
 WAIT_MARGIN_S = 10.0
@@ -312,17 +307,8 @@ class JobRunner:
         if unsupported is not None:
             return "validation", unsupported
         await tell(Step("fetching the model"))
-        tokenizer = job.manifest.tokenizer
-        # A served model's weights are its server's: an endpoint fetches its tokenizer only.
-        served = self._framework.framework == SERVED_BY
         try:
-            path = (
-                Path()
-                if served
-                else await asyncio.to_thread(self._artifacts.fetch, job.manifest.source)
-            )
-            if tokenizer is not None:
-                tokenizer_path = await asyncio.to_thread(self._artifacts.fetch, tokenizer)
+            inputs = await self._inputs(job)
         except ArtifactError as exc:
             return "artifact", str(exc)
         try:
@@ -330,80 +316,37 @@ class JobRunner:
                 # The look back at other busy processes, as the run starts: the device is
                 # held, this worker's framework process idle until the call.
                 looked = {**captured, **busy_before(FrameworkProcess.running)}
-                run = await self._framework.call(
-                    MEASURE_JOB,
-                    job,
-                    str(path),
-                    str(self._results_dir / str(job.evaluation_id)),
-                    None if tokenizer is None else str(tokenizer_path),
-                    # This job's span, which a served model's requests carry to the server.
-                    inject().get("traceparent"),
-                    on_step=tell,
-                )
+                run = await self._framework.call(MEASURE_JOB, job, inputs, on_step=tell)
         except DeviceBusy as exc:
             return "timeout", str(exc)
         except ArtifactError as exc:  # the dataset's files
             return "artifact", str(exc)
         except DlscopeError as exc:  # the framework's error, or its process's death
             return "predictor", str(exc)
-        tracing = record_trace(self._tracer, run.tracing)
-        measured = EvaluationMeasured(
-            evaluation_id=job.evaluation_id,
+        measured = measured_event(
+            job,
+            run,
             agent_id=self.agent_id,
-            scenario=job.scenario,
-            load_ns=run.load_ns,
-            run=run.native,
-            loadgen=run.loadgen,
-            conditions={
-                **{k: looked[k] for k in CONDITIONS if k in looked},
-                "concurrent": job.concurrent,
-            },
-            layers=run.layers,
-            trace_level=job.trace_level,
-            tracing=tracing,
-            accuracy=run.accuracy,
-            fingerprint=run.fingerprint,
-            generation=run.generation,
-            perplexity=run.perplexity,
-            experiment_id=job.experiment_id,
             attempt=attempt,
+            looked=looked,
             lease=window.record(),
-            machine=run.machine,
+            tracing=record_trace(self._tracer, run.tracing),
         )
-        if (gone := await stands()) is not None:
-            log.warning("the measurement of %s is late: %s", job.evaluation_id, gone)
-            await publish(
-                EvaluationLateMeasurement(
-                    evaluation_id=job.evaluation_id,
-                    agent_id=self.agent_id,
-                    attempt=attempt,
-                    reason=gone,
-                    measurement=measured,
-                    experiment_id=job.experiment_id,
-                )
-            )
-            return None
-        try:
-            if run.tracing.profiled:  # before the measurement: layers are there once it completes
-                await publish(
-                    EvaluationProfiled(
-                        evaluation_id=job.evaluation_id,
-                        agent_id=self.agent_id,
-                        framework=job.framework,
-                        trace_level=job.trace_level,
-                        levels=tracing,
-                        passes=list(run.tracing.profiled),
-                        experiment_id=job.experiment_id,
-                        attempt=attempt,
-                    )
-                )
-            await publish(measured)
-        except MessageTooLarge as exc:  # no consumer would read it: say so, once
-            return "analysis", (
-                f"the measurement is too large to record ({exc}): shorten the run "
-                "(max_duration_s, iterations) or raise DLSCOPE_MAX_MESSAGE_BYTES"
-            )
-        return None
+        return await report(publish, job, run, measured, gone=await stands())
+
+    async def _inputs(self, job: RunEvaluation) -> JobInputs:
+        """What the job's measurement is given: the model's verified files (only its
+        tokenizer where the model runs in its server), where results go, and this job's
+        span, which a served model's requests carry to the server."""
+        fetch = self._artifacts.fetch
+        tokenizer = job.manifest.tokenizer
+        needs_weights = self._framework.described.needs_weights
+        return JobInputs(
+            model=await asyncio.to_thread(fetch, job.manifest.source) if needs_weights else None,
+            results_dir=self._results_dir / str(job.evaluation_id),
+            tokenizer=None if tokenizer is None else await asyncio.to_thread(fetch, tokenizer),
+            traceparent=inject().get("traceparent"),
+        )
 
     def _unsupported(self, job: RunEvaluation) -> str | None:
         """Why this worker's framework version cannot take ``job``, or None if it can. The

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 
 from services.workers.service import WorkerService
@@ -31,9 +30,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "DLSCOPE_ENDPOINT_API_KEY)",
     )
     args = parser.parse_args(argv)
+    settings = Settings()
     if args.endpoint:
-        # Through the environment, which the framework process inherits and reads.
-        os.environ["DLSCOPE_ENDPOINT_URL"] = args.endpoint
+        settings = settings.model_copy(update={"endpoint_url": args.endpoint})
     try:
         run_process(
             f"worker-{args.framework}-{args.hardware}",
@@ -45,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     agent_id=args.agent_id,
                 )
             ],
-            Settings(),
+            settings,
         )
     except ConfigurationError as exc:
         # A worker that cannot start at all (no core to lease, a lease directory it cannot

@@ -6,8 +6,8 @@ Three rooms, one concern each:
   (``leases.DeviceLeases``: one measurement per device of a host at a time) -> measured or
   failed;
 - ``isolation.FrameworkProcess``: the framework itself, in a child process the worker
-  supervises, where ``measurement.measure`` runs the session; its crash fails the job,
-  never the worker.
+  supervises, where the session ``framework.sessions.session_for`` chooses measures the
+  job; its crash fails the job, never the worker.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import logging
 from services.workers.agent import Agent, default_agent_id
 from services.workers.availability import not_installed
 from services.workers.environment import host_name
+from services.workers.handover import FrameworkOptions
 from services.workers.isolation import FrameworkProcess
 from services.workers.jobs import JobRunner
 from services.workers.leases import DeviceLeases
@@ -57,7 +58,10 @@ class WorkerService:
         self.unavailable: str | None = None
         self._bus = runtime.bus("worker", prefetch=1)
         self.process = FrameworkProcess(
-            framework, hardware, home=settings.home, deadline_s=settings.framework_deadline_s
+            framework,
+            hardware,
+            options=FrameworkOptions.from_settings(settings),
+            deadline_s=settings.framework_deadline_s,
         )
         self._jobs = JobRunner(
             self._bus,

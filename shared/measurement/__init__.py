@@ -10,6 +10,9 @@ ones it makes, so they are reachable where they always were.
     queries      what a query is: its samples, and the framework call ``run_query(indices)``
     drivers      run a scenario against ``run_query``: ``run_scenario``
     server       the server scenario's Poisson schedule and issuing thread
+    requests     what the load shapes of requests issue: a request that may fail
+    streams      concurrent closed loops of requests (a served model's single stream too)
+    open_loop    requests on a Poisson schedule, each on its own thread (served models)
     warmup       warm-up until steady state
     overhead     the harness's own cost per query
     results      the per-phase statistics of what a run measured

@@ -19,7 +19,7 @@ import pytest
 from dlscope.embedded import all_services
 from harness.deployment import purge_namespace
 from services.workers import WorkerService
-from services.workers.handover import FrameworkCall
+from services.workers.handover import FrameworkCall, FrameworkOptions
 from services.workers.isolation import FrameworkCrashed, FrameworkProcess
 from shared.errors import ConfigurationError, PredictorError
 from shared.messaging import create_broker
@@ -38,7 +38,9 @@ def fault(name: str) -> FrameworkCall[Any]:
 
 @pytest.fixture
 async def onnxruntime(tmp_path: Path) -> AsyncIterator[FrameworkProcess]:
-    process = FrameworkProcess("onnxruntime", "cpu", home=tmp_path, deadline_s=20)
+    process = FrameworkProcess(
+        "onnxruntime", "cpu", options=FrameworkOptions(home=tmp_path), deadline_s=20
+    )
     try:
         yield process
     finally:
@@ -73,7 +75,9 @@ async def test_an_exit_names_its_status(onnxruntime: FrameworkProcess) -> None:
 
 
 async def test_a_hang_past_the_deadline_is_killed_and_named(tmp_path: Path) -> None:
-    process = FrameworkProcess("onnxruntime", "cpu", home=tmp_path, deadline_s=1.5)
+    process = FrameworkProcess(
+        "onnxruntime", "cpu", options=FrameworkOptions(home=tmp_path), deadline_s=1.5
+    )
     try:
         with pytest.raises(
             FrameworkCrashed, match=r"did not finish within 1.5 s while waiting forever"
@@ -96,7 +100,7 @@ async def test_a_framework_error_is_an_ordinary_failure_and_keeps_the_process(
 async def test_a_framework_that_is_not_installed_stops_its_worker_with_the_reason(
     tmp_path: Path,
 ) -> None:
-    process = FrameworkProcess("tensorrt", "gpu", home=tmp_path)
+    process = FrameworkProcess("tensorrt", "gpu", options=FrameworkOptions(home=tmp_path))
     with pytest.raises(ConfigurationError, match="framework 'tensorrt' cannot run here"):
         await process.start()
     assert process.pid is None
@@ -111,8 +115,10 @@ def test_a_framework_process_dies_with_its_worker_when_that_is_killed(tmp_path: 
             "-c",
             "import asyncio, sys, time\n"
             "from pathlib import Path\n"
+            "from services.workers.handover import FrameworkOptions\n"
             "from services.workers.isolation import FrameworkProcess\n"
-            "process = FrameworkProcess('onnxruntime', 'cpu', home=Path(sys.argv[1]))\n"
+            "options = FrameworkOptions(home=Path(sys.argv[1]))\n"
+            "process = FrameworkProcess('onnxruntime', 'cpu', options=options)\n"
             "print(asyncio.run(process.start()).pid, flush=True)\n"
             "time.sleep(600)\n",
             str(tmp_path),

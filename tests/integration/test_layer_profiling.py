@@ -17,9 +17,9 @@ import torch
 
 from dlscope.zoo import BuiltModel, build_digits
 from dlscope.zoo.export import export_torchscript
-from services.workers.framework.measurement import measure
-from services.workers.framework.predictors import predictor_factory
-from services.workers.handover import Run
+from services.workers.framework.frameworks import framework_for
+from services.workers.framework.sessions import session_for
+from services.workers.handover import JobInputs, Run
 from shared.artifacts import ArtifactCache, sha256_of
 from shared.breakdown import align, kind_of
 from shared.errors import ConfigurationError
@@ -45,7 +45,7 @@ def _measure(
     level: TraceLevel = "full",
 ) -> Run:
     try:
-        factory = predictor_factory(framework)
+        factory = framework_for(framework)
     except ConfigurationError as exc:
         pytest.skip(str(exc))
     if framework == "opencl" and (why := opencl_problem("cpu")) is not None:
@@ -62,7 +62,9 @@ def _measure(
         trace_level=level,
         trace_queries=3,
     )
-    return measure(factory, job, path, results_dir=tmp_path / "results")
+    return session_for(factory, job).measure(
+        job, JobInputs(model=path, results_dir=tmp_path / "results")
+    )
 
 
 @pytest.fixture(scope="session")

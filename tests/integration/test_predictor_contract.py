@@ -25,7 +25,9 @@ from dlscope.zoo.digits import DIGITS_DATASET
 from dlscope.zoo.export import _torchscript_allowed
 from dlscope.zoo.training import digits_cnn
 from services.workers.environment import gpus
-from services.workers.framework.predictors import Predictor, PredictorFactory, predictor_factory
+from services.workers.framework.frameworks import Framework, framework_for
+from services.workers.framework.predictors import Predictor
+from services.workers.handover import FrameworkOptions
 from shared.artifacts import ArtifactCache, sha256_of
 from shared.datasets import load_dataset
 from shared.errors import ConfigurationError, PredictorError
@@ -48,7 +50,7 @@ class Subject:
     """One adapter, and the digits model in the format it loads."""
 
     name: str
-    factory: PredictorFactory
+    factory: Framework
     manifest: ModelManifest
     path: Path
     hardware: str
@@ -103,14 +105,12 @@ def subject(
     request: pytest.FixtureRequest,
     zoo: dict[str, BuiltModel],
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> Subject:
     name: str = request.param
-    # Where compiled engines (TensorRT) are cached: this test's own folder.
-    monkeypatch.setenv("DLSCOPE_HOME", str(tmp_path / "home"))
     framework = name.removesuffix("-export")
     try:
-        factory = predictor_factory(framework)
+        # Where compiled engines (TensorRT) are cached: this test's own folder.
+        factory = framework_for(framework, FrameworkOptions(home=tmp_path / "home"))
     except ConfigurationError as exc:
         pytest.skip(str(exc))
     hardware = "gpu" if framework in GPU_ONLY else "cpu"

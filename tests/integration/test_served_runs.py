@@ -15,24 +15,31 @@ from pathlib import Path
 import pytest
 
 from harness.llama_server import KEY, NOT_BUILT, SERVER_PYTHON, llama_server
-from services.workers.framework.served import measure_served
-from services.workers.framework.streams import FAILURE_STREAK
+from services.workers.framework.endpoint import EndpointBackend
+from services.workers.framework.sessions import GenerationSession
+from services.workers.handover import EndpointOptions, JobInputs, Run
 from shared.manifests import ModelManifest
 from shared.measurement.generation import judge_served, summarize_generation
-from shared.measurement.progress import Step
+from shared.measurement.progress import OnStep, Step, ignore_steps
+from shared.measurement.requests import FAILURE_STREAK
 from shared.messages import ReasonCode, RunEvaluation, Scenario, Severity
 
 pytestmark = pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)
 
 
 @pytest.fixture
-def served(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     with llama_server(tmp_path / "server.log") as (url, process):
-        monkeypatch.setenv("DLSCOPE_ENDPOINT_URL", url)
-        monkeypatch.setenv("DLSCOPE_ENDPOINT_API_KEY", KEY)
         yield url, process
+
+
+def measure_served(
+    url: str, job: RunEvaluation, tokenizer: Path, tmp_path: Path, on_step: OnStep = ignore_steps
+) -> Run:
+    """``job`` measured as an endpoint worker's framework process measures it."""
+    backend = EndpointBackend(EndpointOptions(url=url, api_key=KEY))
+    inputs = JobInputs(model=None, results_dir=tmp_path / "results", tokenizer=tokenizer)
+    return GenerationSession(backend, on_step).measure(job, inputs)
 
 
 def _job(manifest: ModelManifest, **scenario: object) -> RunEvaluation:
@@ -52,11 +59,14 @@ def _tokenizer(manifest: ModelManifest) -> Path:
 
 
 def test_the_open_loop_issues_on_schedule_and_measures_its_own_lag(
-    smollm2_zoo: dict[str, ModelManifest], served: tuple[str, subprocess.Popen[bytes]]
+    smollm2_zoo: dict[str, ModelManifest],
+    served: tuple[str, subprocess.Popen[bytes]],
+    tmp_path: Path,
 ) -> None:
     manifest = smollm2_zoo["onnxruntime"]
+    url, _ = served
     job = _job(manifest, name="server", target_qps=4.0, iterations=8, min_duration_s=0)
-    run = measure_served(job, tokenizer_path=_tokenizer(manifest))
+    run = measure_served(url, job, _tokenizer(manifest), tmp_path)
     record = run.generation
     assert record is not None
     assert record.served is not None
@@ -78,10 +88,12 @@ def test_the_open_loop_issues_on_schedule_and_measures_its_own_lag(
 
 
 def test_a_server_that_stops_mid_run_keeps_what_was_measured_and_counts_the_failures(
-    smollm2_zoo: dict[str, ModelManifest], served: tuple[str, subprocess.Popen[bytes]]
+    smollm2_zoo: dict[str, ModelManifest],
+    served: tuple[str, subprocess.Popen[bytes]],
+    tmp_path: Path,
 ) -> None:
     manifest = smollm2_zoo["onnxruntime"]
-    _, process = served
+    url, process = served
     # Many requests asked for, two streams: the server is killed a second into the timed
     # phase, with requests in flight and more to come.
     job = _job(manifest, iterations=10_000, min_duration_s=0, max_duration_s=120, concurrency=2)
@@ -90,7 +102,7 @@ def test_a_server_that_stops_mid_run_keeps_what_was_measured_and_counts_the_fail
         if step.part.startswith("timed queries"):
             threading.Timer(1.0, process.kill).start()
 
-    run = measure_served(job, tokenizer_path=_tokenizer(manifest), on_step=on_step)
+    run = measure_served(url, job, _tokenizer(manifest), tmp_path, on_step)
     record = run.generation
     assert record is not None
     assert record.served is not None

@@ -16,6 +16,8 @@ from services.workers.framework.predictors.engines import (
     precision_of,
 )
 from services.workers.framework.predictors.onnxrt import OnnxRuntimePredictor
+from services.workers.handover import FrameworkOptions
+from shared.config import Settings
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
 
@@ -83,8 +85,10 @@ def test_a_failed_build_leaves_nothing_behind(tmp_path: Path) -> None:
 
 def test_engines_live_under_dlscope_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert engine_dir(tmp_path) == tmp_path / "engines"
+    # A worker reads its home once and tells its framework process (FrameworkOptions).
     monkeypatch.setenv("DLSCOPE_HOME", str(tmp_path / "home"))
-    assert engine_dir() == tmp_path / "home" / "engines"
+    options = FrameworkOptions.from_settings(Settings())
+    assert engine_dir(options.home) == tmp_path / "home" / "engines"
 
 
 def test_precision_is_fp32_unless_the_manifest_asks_for_fp16() -> None:

@@ -14,7 +14,7 @@ from dlscope.cli.experiments import comparison_table
 from services.analyzer.experiments import Experiment, compare, evolve
 from services.scheduler.agents import AgentEntry
 from services.scheduler.experiments import plan_experiment
-from services.workers.framework.fingerprint import input_identity, output_fingerprint
+from services.workers.framework.sessions.fingerprint import input_identity, output_fingerprint
 from shared.errors import ModelNotFound
 from shared.manifests import ModelManifest
 from shared.messages import (

@@ -14,25 +14,20 @@ from pydantic import ValidationError
 
 from services.analyzer.figures import TIMELINE_POINTS, TIMELINES
 from services.analyzer.figures import tokens as token_figures
-from services.workers.framework.generation import (
-    GENERATION_WARMUP,
-    Generated,
-    Generator,
-    perplexity,
-    prompts,
-    record,
-)
-from services.workers.framework.generative import (
-    _check_vocabulary,
-    _generation_pass,
-    generation_plan,
-)
+from services.workers.framework.generator import Generator, perplexity
+from services.workers.framework.generator import generation_pass as _generation_pass
+from services.workers.framework.generator.backend import _check_vocabulary
+from services.workers.framework.ports import Generated
 from services.workers.framework.profiling import trace
-from services.workers.framework.streams import run_streams
+from services.workers.framework.sessions.generation import GENERATION_WARMUP, generation_plan
+from services.workers.framework.sessions.prompts import check_context
+from services.workers.framework.sessions.prompts import prompt_ids as prompts
+from services.workers.framework.sessions.tokens import record
 from shared.errors import PredictorError, ProcessingError
 from shared.manifests import ChatTemplateStep, ModelManifest
 from shared.measurement import MultiStream, Offline, SingleStream, WarmupSettings
 from shared.measurement.generation import judge_tokens, summarize_generation
+from shared.measurement.streams import run_streams
 from shared.messages import (
     GeneratedRequest,
     GenerationRecord,
@@ -164,10 +159,9 @@ def test_pinned_output_ignores_the_end_of_sequence_and_natural_output_stops_ther
 
 
 def test_a_prompt_that_leaves_no_room_in_the_context_is_refused_with_both_lengths() -> None:
-    generator = Generator(MANIFEST, CountingModel(), max_new_tokens=8, ignore_eos=True)
-    generator.check_prompt(list(range(8)))
+    check_context(MANIFEST, 8, max_new_tokens=8)
     with pytest.raises(PredictorError, match=r"prompt of 9 tokens \+ max_new_tokens 8 exceeds"):
-        generator.check_prompt(list(range(9)))
+        check_context(MANIFEST, 9, max_new_tokens=8)
 
 
 def test_the_empty_cache_is_a_batch_of_one_with_no_position() -> None:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from dlscope.cli.machine import machine_rows
-from services.workers.framework.measurement import nvml_index
+from services.workers.framework.sessions.inference import nvml_index
 from shared.measurement import (
     BatchSweep,
     MultiStream,

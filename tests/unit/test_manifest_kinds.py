@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter
 
-from services.workers.framework.predictors import predictor_factory
+from services.workers.framework.frameworks import framework_for
 from shared.config import REPOSITORY_ROOT
 from shared.errors import ManifestError
 from shared.manifests import (
@@ -81,7 +81,7 @@ def test_the_shipped_framework_manifests_match_what_is_installed(path: Path) -> 
     # that never ran them.
     manifest = load_manifest(path)
     assert isinstance(manifest, FrameworkManifest)
-    reported = predictor_factory(manifest.name).version().split("+")[0]
+    reported = framework_for(manifest.name).version().split("+")[0]
     assert manifest.version == reported, f"{path.name}: {manifest.version} != {reported}"
     if manifest.package is not None:
         assert version(manifest.package).split("+")[0] == reported

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from services.analyzer.parity import compare_outputs
-from services.workers.framework.fingerprint import input_identity, output_fingerprint
+from services.workers.framework.sessions.fingerprint import input_identity, output_fingerprint
 from shared.manifests import ModelManifest
 from shared.messages import (
     Envelope,

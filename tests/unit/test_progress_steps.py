@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from dlscope.cli.live import LINES_ENV, LiveEvaluations, columns, parse_line
+from shared.config import Settings
 from shared.measurement import (
     BatchSweep,
     Offline,
@@ -126,9 +127,10 @@ def test_the_command_line_shows_the_step_with_elapsed_and_remaining_time() -> No
 def test_a_child_run_writes_its_events_as_lines_its_parent_reads_back(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # As ``--repeat`` starts a child run, and as the child's client reads its settings.
     monkeypatch.setenv(LINES_ENV, "lines")
     event = {"evaluation_id": "e", "phase": SCENARIO, "part": "timed queries", "expected_s": 2.5}
-    with LiveEvaluations() as child:
+    with LiveEvaluations(lines=Settings().progress == "lines") as child:
         child.observe("evaluation.progress", event)
     lines = capsys.readouterr().err.splitlines()
     assert [parse_line(line) for line in lines] == [("evaluation.progress", event)]

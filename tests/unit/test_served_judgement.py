@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from services.workers.framework.endpoint import MAX_METRICS, prometheus_values
-from services.workers.framework.served import _public
+from services.workers.framework.endpoint import public_url as _public
 from shared.manifests import ModelManifest
 from shared.measurement.generation import (
     MAX_FAILED_FRACTION,

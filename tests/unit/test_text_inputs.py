@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from services.workers.framework.inputs import fingerprint_inputs, query_inputs, sample_inputs
+from services.workers.framework.sessions.inputs import (
+    fingerprint_inputs,
+    query_inputs,
+    sample_inputs,
+)
 from shared.config import REPOSITORY_ROOT
 from shared.datasets import load_dataset
 from shared.errors import ArtifactError, PredictorError, ProcessingError

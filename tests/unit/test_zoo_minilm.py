@@ -13,7 +13,7 @@ import torch
 
 from dlscope.zoo import minilm
 from dlscope.zoo.export import load_torchscript
-from services.workers.framework.inputs import sample_inputs
+from services.workers.framework.sessions.inputs import sample_inputs
 from shared.errors import ArtifactError
 from shared.manifests import ModelManifest
 from shared.processing.text import load_tokenizer

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from services.workers.framework.layer_stats import layer_stats
-from services.workers.framework.predictors import LayerProfiler, Predictor, Profiles, Unavailable
+from services.workers.framework.ports import LayerProfiler, Predictor, Profiles, Unavailable
 from services.workers.handover import TracedPass, TracedQuery, TracedStep, Tracing
 from shared.measurement.progress import OnStep, Step
 from shared.messages import (

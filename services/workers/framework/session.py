@@ -7,6 +7,7 @@ killer ends this process and not the worker: the worker sees the signal and fail
 
 The conversation on the connection ``N`` (pickled tuples):
 
+    parent -> ("options", FrameworkOptions)        the worker's settings for its framework
     child  -> ("hello", Described)                 framework imported, device looked at
            or ("unavailable", reason)              the framework cannot be imported here
     parent -> ("call", "module:function", args)    run function(session, *args): a
@@ -14,8 +15,8 @@ The conversation on the connection ``N`` (pickled tuples):
     child  -> ("progress", Step)*                  between steps, never inside a timed loop
            -> ("ok", value) | ("error", kind, message)
 
-Called functions take a ``Session`` first: the framework's predictor factory, a way to
-report progress, and a dict that persists between calls (a benchmark keeps a model open).
+Called functions take a ``Session`` first: the framework, a way to report progress, and a
+dict that persists between calls (a benchmark keeps a model open).
 """
 
 from __future__ import annotations
@@ -30,13 +31,12 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from services.workers.framework.build import framework_build
-from services.workers.framework.measurement import measure
-from services.workers.framework.predictors import PredictorFactory, predictor_factory
-from services.workers.handover import Described, Run
+from services.workers.framework.frameworks import Framework, framework_for
+from services.workers.framework.sessions import session_for
+from services.workers.handover import Described, FrameworkOptions, JobInputs, Run
 from shared.errors import ArtifactError, DlscopeError
 from shared.measurement.progress import OnStep
 from shared.messages import RunEvaluation
@@ -52,40 +52,16 @@ class Session:
     """What a called function gets: the framework, where to report its steps, state between
     calls."""
 
-    factory: PredictorFactory
+    framework: Framework
     hardware: str
     on_step: OnStep
     state: dict[str, Any] = field(default_factory=dict)
 
 
-def measure_job(
-    session: Session,
-    job: RunEvaluation,
-    path: str,
-    results_dir: str,
-    tokenizer: str | None = None,
-    traceparent: str | None = None,
-) -> Run:
-    """One evaluation job's measurement (``services.workers.framework.measurement.measure``);
-    the worker calls it as ``handover.MEASURE_JOB``, with the fetched tokenizer of a text
-    model and the W3C trace context of its span for the job (which a served model's requests
-    carry to the server)."""
-    if session.factory.measures is not None:  # a served model: its server runs it
-        run: Run = session.factory.measures(
-            job,
-            on_step=session.on_step,
-            tokenizer_path=None if tokenizer is None else Path(tokenizer),
-            traceparent=traceparent,
-        )
-        return run
-    return measure(
-        session.factory,
-        job,
-        Path(path),
-        results_dir=Path(results_dir),
-        on_step=session.on_step,
-        tokenizer_path=None if tokenizer is None else Path(tokenizer),
-    )
+def measure_job(session: Session, job: RunEvaluation, inputs: JobInputs) -> Run:
+    """One evaluation job's measurement, by the session ``sessions.session_for`` chooses;
+    the worker calls it as ``handover.MEASURE_JOB``."""
+    return session_for(session.framework, job, session.on_step).measure(job, inputs)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -96,10 +72,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     _die_with_parent()
     connection = Connection(args.fd)
+    kind, options = connection.recv()
+    assert kind == "options", kind
+    assert isinstance(options, FrameworkOptions)
     try:
-        factory = predictor_factory(args.framework)
-        version = factory.version()
-        unusable = factory.unusable(args.hardware)
+        framework = framework_for(args.framework, options)
+        version = framework.version()
+        unusable = framework.unusable(args.hardware)
     except (DlscopeError, ImportError) as exc:
         connection.send(("unavailable", str(exc)))
         return
@@ -107,15 +86,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         connection.send(("unavailable", unusable))
         return
     try:
-        device = factory.device(args.hardware)
+        device = framework.device(args.hardware)
     except DlscopeError as exc:
         # A device that is absent is announced as such: the worker stays up, and each job
         # then fails with the reason.
         device = {"device_error": str(exc)}
-    described = Described(version, device, framework_build(args.framework), os.getpid())
+    described = Described(
+        version,
+        device,
+        framework_build(args.framework),
+        os.getpid(),
+        needs_weights=framework.needs_weights,
+    )
     connection.send(("hello", described))
     session = Session(
-        factory, args.hardware, on_step=lambda step: connection.send(("progress", step))
+        framework, args.hardware, on_step=lambda step: connection.send(("progress", step))
     )
     _serve(connection, session)
 

@@ -1,20 +1,18 @@
-"""The OpenCL worker's own settings, typed and read once (prefix ``DLSCOPE_OPENCL_``).
-
-The worker builds predictors without arguments, so a predictor that is not handed its
-settings reads them here, once, when it is made.
-"""
+"""The OpenCL worker's own settings: the worker reads them once (``DLSCOPE_OPENCL_BINARY``,
+``DLSCOPE_OPENCL_PLATFORM``, ``shared.config.Settings``) and its framework process makes its
+predictors with them (``frameworks``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict
 
 __all__ = ["OpenCLSettings"]
 
 
-class OpenCLSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="DLSCOPE_OPENCL_", frozen=True, extra="ignore")
+class OpenCLSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     # The precompiled program (.aocx, .xclbin, or any OpenCL program binary) to load instead
     # of building the kernels from source; required on a real FPGA board.

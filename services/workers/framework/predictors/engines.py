@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, cast, get_args
 
-from shared.config import Settings
+from shared.config import default_home
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
 
@@ -36,10 +36,9 @@ def precision_of(manifest: ModelManifest) -> Precision:
 
 
 def engine_dir(home: Path | None = None) -> Path:
-    """``<home>/engines``, ``home`` being ``DLSCOPE_HOME`` unless given."""
-    # Predictors are created without arguments (predictor_factory), so where there is no
-    # home passed down, the settings are read here, once per model load.
-    return (home or Settings().home) / "engines"
+    """``<home>/engines``: the worker's home, which its framework process is told
+    (``handover.FrameworkOptions``), or dlscope's default home."""
+    return (home or default_home()) / "engines"
 
 
 def engine_key(graph: bytes, **parts: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from services.workers.framework.predictors.base import LayerProfiler, Unavailable
+from services.workers.framework.ports import LayerProfiler, Unavailable
 from services.workers.framework.predictors.engines import engine_dir, precision_of
 from services.workers.framework.predictors.onnxrt_profiling import OnnxRuntimeProfiler
 from shared.errors import PredictorError

@@ -16,7 +16,7 @@ from services.workers.framework.opencl.devices import (
 from services.workers.framework.opencl.engine import Engine
 from services.workers.framework.opencl.profiling import OpenCLProfiler
 from services.workers.framework.opencl.settings import OpenCLSettings
-from services.workers.framework.predictors.base import LayerProfiler, Unavailable
+from services.workers.framework.ports import LayerProfiler, Unavailable
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
 from shared.messages import LayerTiming, ProfiledLevel
@@ -37,11 +37,11 @@ def framework_version() -> str:
     return ENGINE_VERSION
 
 
-def unusable(hardware: str) -> str | None:
+def unusable(hardware: str, platform: str | None = None) -> str | None:
     """Why no model can run on ``hardware``'s OpenCL device here (it compiles no kernel), or
     None: checked once as the framework process starts, so the worker is announced as
     unavailable with the reason instead of taking jobs that would all fail."""
-    return compiler_problem(hardware, OpenCLSettings().platform)
+    return compiler_problem(hardware, platform)
 
 
 class OpenCLPredictor:

@@ -7,14 +7,14 @@ The signature is ``serving_default`` unless the manifest names another in its
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from services.workers.framework.predictors.base import LayerProfiler, Unavailable
+from services.workers.framework.ports import LayerProfiler, Unavailable
 from services.workers.framework.predictors.tensorflow_profiling import TensorFlowProfiler
+from shared.config import quiet_framework_logs
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
 from shared.messages import ProfiledLevel
@@ -26,7 +26,7 @@ DEFAULT_SIGNATURE = "serving_default"
 
 def _tensorflow() -> Any:
     # TensorFlow logs its CPU-feature banner at INFO on import: noise in a worker's log.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_framework_logs()
     import tensorflow as tf
 
     return tf

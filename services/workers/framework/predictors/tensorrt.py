@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from services.workers.framework.predictors.base import LayerProfiler, Unavailable
+from services.workers.framework.ports import LayerProfiler, Unavailable
 from services.workers.framework.predictors.engines import (
     EngineCache,
     Precision,
@@ -36,8 +36,8 @@ __all__ = ["TensorRTPredictor", "framework_version"]
 
 DEFAULT_MAX_BATCH = 64
 
-# Checked when the worker asks for this adapter (predictor_factory turns an ImportError into
-# a ConfigurationError), without paying for TensorRT itself until a model is opened.
+# Checked when the worker asks for this adapter (frameworks.framework_for turns an ImportError
+# into a ConfigurationError), without paying for TensorRT itself until a model is opened.
 if importlib.util.find_spec("tensorrt") is None:
     raise ModuleNotFoundError(
         "TensorRT is not installed (NVIDIA's `tensorrt` 10 package; the tensorrt worker "

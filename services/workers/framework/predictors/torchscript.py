@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from services.workers.framework.predictors.base import LayerProfiler, Unavailable
+from services.workers.framework.ports import LayerProfiler, Unavailable
 from services.workers.framework.predictors.torch_profiling import (
     OneDnnVerboseProfiler,
     TorchProfiler,

@@ -18,71 +18,22 @@ the others go on, and the batch ends when every row has.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from services.workers.framework.ports import Generated
 from shared.errors import PredictorError
 from shared.manifests import Generation, ModelManifest
-from shared.messages import (
-    GeneratedRequest,
-    GenerationRecord,
-    InputSetIdentity,
-    OutputFingerprint,
-    OutputSample,
-    Perplexity,
-)
-from shared.processing import preprocess_batch
+from shared.messages import Perplexity
 from shared.processing.text import left_padded
 
-if TYPE_CHECKING:
-    from tokenizers import Tokenizer
-
-__all__ = [
-    "FINGERPRINT_TOKENS",
-    "GENERATION_WARMUP",
-    "SYNTHETIC_PROMPTS",
-    "SYNTHETIC_PROMPT_WORDS",
-    "Generated",
-    "Generator",
-    "check_context",
-    "generation_fingerprint",
-    "perplexity",
-    "prompts",
-    "record",
-    "tokens_fingerprint",
-]
+__all__ = ["PERPLEXITY_TOKENS", "Generator", "perplexity"]
 
 Predict = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
-# A generation is hundreds of framework calls: warm-up windows of two requests each reach a
-# steady state as surely as 32 single calls do, in a fraction of the time.
-GENERATION_WARMUP = 2
-
-
-@dataclass(frozen=True)
-class Generated:
-    """One generation's tokens and their times (``time.perf_counter_ns``).
-
-    A served model's request (``services.workers.framework.served``) times chunks, not
-    tokens: ``tokens`` are its text's tokens by the model's tokenizer, ``token_ns`` the
-    chunks' arrivals, ``reported_*`` the server's own counts; and it may fail (``failure``,
-    a kind of ``endpoint.FAILURES``, with its ``cause``), when it is no latency sample."""
-
-    issued_ns: int
-    prompt_tokens: int
-    tokens: list[int]
-    token_ns: list[int]
-    stopped_by: str
-    failure: str | None = None
-    cause: str | None = None
-    reported_tokens: int | None = None
-    reported_input_tokens: int | None = None
-    chunks: bool = False
 
 
 @dataclass
@@ -168,10 +119,6 @@ class Generator:
             return int(rng.choice(scaled.size, p=weights / weights.sum()))
 
         return sample
-
-    def check_prompt(self, prompt: Sequence[int]) -> None:
-        """Refuse a prompt that leaves no room for the output in the model's context."""
-        check_context(self.manifest, len(prompt), self.max_new_tokens)
 
     def generate(
         self, prompt: np.ndarray, first_token: Callable[[], None] | None = None
@@ -270,125 +217,6 @@ def _greedy_rows(scores: np.ndarray) -> list[int]:
     # Each row's highest score, the first on ties: the rule of ``Generator._greedy``.
     chosen: list[int] = np.argmax(scores, axis=-1).tolist()
     return chosen
-
-
-def check_context(manifest: ModelManifest, prompt_tokens: int, max_new_tokens: int) -> None:
-    """Refuse a prompt of ``prompt_tokens`` that leaves no room for ``max_new_tokens`` in the
-    model's context, wherever the model runs."""
-    assert manifest.generation is not None
-    context = manifest.generation.context_length
-    if prompt_tokens + max_new_tokens > context:
-        raise PredictorError(
-            f"prompt of {prompt_tokens} tokens + max_new_tokens {max_new_tokens} "
-            f"exceeds {manifest.ref}'s context of {context} tokens"
-        )
-
-
-def record(
-    generations: Sequence[Generated],
-    *,
-    scheduled_ns: Sequence[int] | None,
-    duration_ns: int,
-    max_new_tokens: int,
-    ignore_eos: bool,
-    begin_ns: int | None = None,
-) -> GenerationRecord:
-    """The timed requests as the measured event carries them: times from ``begin_ns`` (the
-    timed phase's start; by default the first scheduled time); each scheduled when it was
-    issued unless ``scheduled_ns`` says."""
-    if begin_ns is None:
-        begin_ns = min(scheduled_ns) if scheduled_ns else min(g.issued_ns for g in generations)
-    requests = []
-    for i, g in enumerate(generations):
-        scheduled = g.issued_ns if scheduled_ns is None else scheduled_ns[i]
-        requests.append(
-            GeneratedRequest(
-                scheduled_ns=max(0, scheduled - begin_ns),
-                issued_ns=max(0, g.issued_ns - begin_ns),
-                token_ns=[t - begin_ns for t in g.token_ns],
-                input_tokens=g.prompt_tokens,
-                stopped_by="eos" if g.stopped_by == "eos" else "max_new_tokens",
-                counted_tokens=max(1, len(g.tokens)) if g.chunks else None,
-                reported_tokens=g.reported_tokens,
-                reported_input_tokens=g.reported_input_tokens,
-            )
-        )
-    return GenerationRecord(
-        max_new_tokens=max_new_tokens,
-        ignore_eos=ignore_eos,
-        duration_ns=duration_ns,
-        requests=requests,
-    )
-
-
-# Synthetic prompts, without a data set: this many, of this many words from the model's
-# vocabulary (about as many tokens), seeded; requests take them in turn.
-SYNTHETIC_PROMPTS = 32
-SYNTHETIC_PROMPT_WORDS = 64
-# The parity gate's generation: this many greedy tokens from the first prompt, end of
-# sequence ignored, so every framework is compared on the same number of tokens.
-FINGERPRINT_TOKENS = 16
-
-
-def prompts(
-    manifest: ModelManifest,
-    texts: Sequence[object],
-    tokenizer: Tokenizer,
-) -> list[np.ndarray]:
-    """Each text as the token ids the model's ``input_ids`` steps make of it ([1, n])."""
-    spec = manifest.generation
-    assert spec is not None
-    ids = next(s for s in manifest.inputs if s.name == spec.input_ids)
-    return [
-        np.ascontiguousarray(
-            preprocess_batch(
-                ids.steps, [text], tokenizer=tokenizer, chat_template=spec.chat_template
-            ),
-            dtype=np.int64,
-        )
-        for text in texts
-    ]
-
-
-def generation_fingerprint(
-    generator: Generator, prompt: np.ndarray, description: str, kind: str
-) -> OutputFingerprint:
-    """The greedy tokens of ``prompt``: what two frameworks must agree on, token for token.
-    They are the sample's values and its "top-1" (one index per position), so parity's top-1
-    agreement is the fraction of positions whose token agrees."""
-    fixed = Generator(generator.manifest, generator.predict, FINGERPRINT_TOKENS, ignore_eos=True)
-    return tokens_fingerprint(prompt, fixed.generate(prompt).tokens, description, kind)
-
-
-def tokens_fingerprint(
-    prompt: np.ndarray, generated: Sequence[int], description: str, kind: str
-) -> OutputFingerprint:
-    """The fingerprint of ``generated``, the first ``FINGERPRINT_TOKENS`` greedy tokens of
-    ``prompt``, wherever they were generated."""
-    tokens = np.asarray([list(generated[:FINGERPRINT_TOKENS])], dtype=np.int64)
-    digest = hashlib.sha256(f"{prompt.dtype.str}{list(prompt.shape)}".encode())
-    digest.update(prompt.tobytes())
-    identity = InputSetIdentity(
-        kind="dataset" if kind == "dataset" else "synthetic",
-        description=f"{description}, {FINGERPRINT_TOKENS} greedy tokens",
-        batch_size=1,
-        sha256=digest.hexdigest(),
-    )
-    sample = hashlib.sha256(f"{tokens.dtype.str}{list(tokens.shape)}".encode())
-    sample.update(tokens.tobytes())
-    return OutputFingerprint(
-        inputs=identity,
-        outputs=[
-            OutputSample(
-                name="tokens",
-                shape=list(tokens.shape),
-                dtype=str(tokens.dtype),
-                values=tokens.reshape(-1).astype(np.float64).tolist(),
-                sha256=sample.hexdigest(),
-                top1=tokens.reshape(-1).tolist(),
-            )
-        ],
-    )
 
 
 # Perplexity predicts at most this many tokens of a data set: enough for a stable figure, and

@@ -1,6 +1,6 @@
-"""Concurrent generation streams: ``concurrency`` threads, each issuing its next request the
+"""Concurrent streams of requests: ``concurrency`` threads, each issuing its next request the
 moment its previous one completes (a closed loop per stream, as ``vllm bench serve
---max-concurrency`` or GuideLLM's concurrent profile), over the one open model.
+--max-concurrency`` or GuideLLM's concurrent profile), over one open model or one server.
 
 The frameworks run concurrent calls on one session (ONNX Runtime's ``run`` and a TorchScript
 module are safe to call from several threads), so N streams measure what N users of one
@@ -12,10 +12,7 @@ The phase ends when both minimums are met (requests, duration) or at the cap; th
 then finish what they began, and those requests count too: a request cut short would bias
 the tail. The cold first request and the warm-up run one at a time, before the streams.
 
-A served model's request can fail (``Generated.failure``): before the timed phase that fails
-the run at once, with the cause (the server cannot serve what the scenario asks); during it,
-the request is kept apart, never a latency sample, and ``FAILURE_STREAK`` failures in a row
-end the phase (the server has stopped answering: what was measured before is kept).
+A request can fail (``requests.Request.failure``, a served model's): see ``requests``.
 """
 
 from __future__ import annotations
@@ -24,32 +21,28 @@ import threading
 import time
 from collections.abc import Callable
 
-from services.workers.framework.generation import Generated
-from shared.errors import PredictorError
 from shared.measurement.overhead import null_query_floor_ns
 from shared.measurement.progress import OnStep, timed_queries, warming_up
 from shared.measurement.readings import MachineWatch
+from shared.measurement.requests import FAILURE_STREAK, R, every_request_failed, untimed_ns
 from shared.measurement.warmup import warm_up
 from shared.messages import HarnessOverhead, ScenarioResult, SingleStream, TimedPhase
 
-__all__ = ["FAILURE_STREAK", "every_request_failed", "run_streams", "untimed_ns"]
-
-# This many timed requests failing one after another end the phase.
-FAILURE_STREAK = 8
+__all__ = ["run_streams"]
 
 
 def run_streams(
     plan: SingleStream,
     streams: int,
-    generate: Callable[[int], Generated],
+    generate: Callable[[int], R],
     prompts: int,
     *,
     load_ns: int,
     on_step: OnStep,
     watch: MachineWatch | None,
-) -> tuple[ScenarioResult, list[Generated], list[Generated]]:
+) -> tuple[ScenarioResult, list[R], list[R]]:
     """Run ``streams`` closed loops of ``generate(prompt number)``; the scenario's result
-    (each request's end-to-end latency, in completion order), the timed generations in the
+    (each request's end-to-end latency, in completion order), the timed requests in the
     same order, and the timed requests that failed."""
     clock = time.perf_counter_ns
     floor_ns = null_query_floor_ns()
@@ -67,8 +60,8 @@ def run_streams(
     first_ns = one()
     warmup = warm_up(one, plan.warmup)
     on_step(timed_queries(plan, f" ({streams} streams)", plan.min_duration_s))
-    done: list[Generated] = []
-    failed: list[Generated] = []
+    done: list[R] = []
+    failed: list[R] = []
     streak = [0]  # failures in a row, across the streams
     stop = threading.Event()
     begin = clock()
@@ -98,14 +91,14 @@ def run_streams(
     window = end_window() if end_window is not None else None
     if not done:
         raise every_request_failed(failed)
-    done.sort(key=lambda g: g.token_ns[-1])
-    duration = done[-1].token_ns[-1] - begin
+    done.sort(key=lambda g: g.ended_ns)
+    duration = done[-1].ended_ns - begin
     capped = duration >= max_ns and len(done) < plan.min_query_count
     phase = TimedPhase(
         samples_per_query=1,
         first_query_ns=first_ns,
         warmup=warmup,
-        latencies_ns=tuple(g.token_ns[-1] - g.issued_ns for g in done),
+        latencies_ns=tuple(g.ended_ns - g.issued_ns for g in done),
         duration_ns=duration,
         overhead=HarnessOverhead(
             per_query_ns=0.0,
@@ -118,21 +111,3 @@ def run_streams(
     )
     result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))
     return result, done, failed
-
-
-def untimed_ns(generated: Generated) -> int:
-    """A request before the timed phase (the cold one, the warm-up): its end-to-end time, or
-    the run's failure when it failed, since the server cannot serve what the scenario asks."""
-    if generated.failure is not None:
-        raise PredictorError(
-            f"a request before the timed phase failed ({generated.failure}): {generated.cause}"
-        )
-    return generated.token_ns[-1] - generated.issued_ns
-
-
-def every_request_failed(failed: list[Generated]) -> PredictorError:
-    """The run's failure when no timed request succeeded, naming the first cause."""
-    return PredictorError(
-        f"every timed request failed ({len(failed)}); the first: "
-        f"{failed[0].failure}: {failed[0].cause}"
-    )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from services.workers.framework.inputs import sample_inputs
+from services.workers.framework.sessions.inputs import sample_inputs
 from shared.datasets import Dataset
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest

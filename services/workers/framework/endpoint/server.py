@@ -1,0 +1,91 @@
+"""The server an endpoint worker fronts, as the worker sees it: whether there is one, what it
+serves, its process when it runs on this host, and its URL as events may show it.
+
+The server is named by the worker's options (``handover.EndpointOptions``: its API root,
+e.g. ``http://127.0.0.1:8000/v1``, and the key it expects), which the worker read once from
+its settings and sent over its connection: the key never travels in an event or an argument.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import psutil
+
+from services.workers.framework.endpoint.client import API, Endpoint
+from services.workers.handover import EndpointOptions
+from shared.errors import ConfigurationError
+
+__all__ = ["API_VERSION", "connect", "described_endpoint", "local_server", "public_url", "unusable"]
+
+# What the framework's "version" is for an endpoint: the API it speaks (the server's own
+# software and version are its own business; the worker's device names the server).
+API_VERSION = "1"
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def unusable(options: EndpointOptions) -> str | None:
+    """Why this worker can measure nothing: no endpoint named."""
+    if not options.url:
+        return (
+            "no endpoint to measure: start the worker with --endpoint URL (an OpenAI-compatible "
+            "API root, e.g. http://127.0.0.1:8000/v1), or set DLSCOPE_ENDPOINT_URL"
+        )
+    return None
+
+
+def described_endpoint(options: EndpointOptions) -> dict[str, Any]:
+    """The server as the worker announces it: its URL and the models it serves now."""
+    with connect(options, "") as endpoint:
+        models = endpoint.models()  # ConfigurationError: announced as the device's error
+    return {"endpoint": {"url": public_url(options.url or ""), "models": models}}
+
+
+def connect(
+    options: EndpointOptions, model: str, *, api: API = "completions", streams: int = 1
+) -> Endpoint:
+    """A client of the server, for ``streams`` requests at once."""
+    if not options.url:
+        raise ConfigurationError(unusable(options) or "no endpoint")
+    return Endpoint(
+        options.url,
+        model,
+        api=api,
+        api_key=options.api_key,
+        timeout_s=options.timeout_s,
+        connect_timeout_s=options.connect_timeout_s,
+        max_connections=max(streams, 1),
+    )
+
+
+def local_server(url: str) -> psutil.Process | None:
+    """The process of this host listening on ``url``'s port when ``url`` names this host:
+    the server under test, whose CPU time is the measurement's, not another process's. None
+    when it is elsewhere, or when this host does not say (its sockets are not ours to see)."""
+    parsed = urlsplit(url)
+    if parsed.hostname not in _LOOPBACK:
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        for connection in psutil.net_connections(kind="tcp"):
+            listening = connection.status == psutil.CONN_LISTEN
+            if listening and connection.laddr and connection.laddr.port == port and connection.pid:
+                return psutil.Process(connection.pid)
+    except psutil.Error:
+        return None
+    return None
+
+
+def process_name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:
+        return "gone"
+
+
+def public_url(url: str) -> str:
+    """``url`` without any user or password in it: what events and pages may show."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"
