@@ -49,8 +49,7 @@ def measured_event(
     """The measurement of ``job``'s attempt: what the framework process measured, in the
     conditions the worker ``looked`` at as the run started, on the device ``lease``."""
     return EvaluationMeasured(
-        evaluation_id=job.evaluation_id,
-        agent_id=agent_id,
+        **_attempt(job, agent_id, attempt),
         scenario=job.scenario,
         load_ns=run.load_ns,
         run=run.native,
@@ -66,8 +65,6 @@ def measured_event(
         fingerprint=run.fingerprint,
         generation=run.generation,
         perplexity=run.perplexity,
-        experiment_id=job.experiment_id,
-        attempt=attempt,
         lease=lease,
         machine=run.machine,
     )
@@ -84,31 +81,20 @@ async def report(
     """Publish ``measured`` (its layers' profile first), or, when the attempt no longer
     stands (``gone`` says why), the measurement as late; the stage and reason it failed when
     no consumer could read it."""
+    about = _attempt(job, measured.agent_id, measured.attempt)
     if gone is not None:
         log.warning("the measurement of %s is late: %s", job.evaluation_id, gone)
-        await publish(
-            EvaluationLateMeasurement(
-                evaluation_id=job.evaluation_id,
-                agent_id=measured.agent_id,
-                attempt=measured.attempt,
-                reason=gone,
-                measurement=measured,
-                experiment_id=job.experiment_id,
-            )
-        )
+        await publish(EvaluationLateMeasurement(**about, reason=gone, measurement=measured))
         return None
     try:
         if run.tracing.profiled:  # before the measurement: layers are there once it completes
             await publish(
                 EvaluationProfiled(
-                    evaluation_id=job.evaluation_id,
-                    agent_id=measured.agent_id,
+                    **about,
                     framework=job.framework,
                     trace_level=job.trace_level,
                     levels=measured.tracing,
                     passes=list(run.tracing.profiled),
-                    experiment_id=job.experiment_id,
-                    attempt=measured.attempt,
                 )
             )
         await publish(measured)
@@ -118,3 +104,13 @@ async def report(
             "(max_duration_s, iterations) or raise DLSCOPE_MAX_MESSAGE_BYTES"
         )
     return None
+
+
+def _attempt(job: RunEvaluation, agent_id: str, attempt: int) -> dict[str, Any]:
+    """What names the attempt in each of its events."""
+    return {
+        "evaluation_id": job.evaluation_id,
+        "agent_id": agent_id,
+        "attempt": attempt,
+        "experiment_id": job.experiment_id,
+    }

@@ -19,6 +19,7 @@ evaluation's trace; what runs in the server is the server's to trace.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -230,10 +231,6 @@ def _once(first_token: Callable[[], None]) -> Callable[[int], None]:
 
 def _failures(failed: list[Generated]) -> tuple[dict[str, int], list[str]]:
     """The failed requests per kind, and the first cause of each kind."""
-    failures: dict[str, int] = {}
-    causes: dict[str, str] = {}
-    for g in failed:
-        assert g.failure is not None
-        failures[g.failure] = failures.get(g.failure, 0) + 1
-        causes.setdefault(g.failure, f"{g.failure}: {(g.cause or '')[:400]}")
-    return failures, list(causes.values())
+    failures = Counter(str(g.failure) for g in failed)
+    causes = {str(g.failure): f"{g.failure}: {(g.cause or '')[:400]}" for g in reversed(failed)}
+    return dict(failures), [causes[kind] for kind in failures]
