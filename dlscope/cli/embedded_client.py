@@ -4,15 +4,17 @@ in-memory broker and the SQLite store under DLSCOPE_HOME (``dlscope.embedded``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import uvloop
 
-from dlscope.cli.client import Compared, Evaluated, ModelRow
+from dlscope.cli.client import Compared, Evaluated, ModelFilter, ModelRow
 from dlscope.cli.live import LiveEvaluations
 from dlscope.cli.terminal import fail, progress
+from dlscope.cli.zoo_build import build_on_first_use
 from dlscope.embedded import ask_registry, embedded_settings, evaluate, experiment, list_models
 from shared.breakdown import profile_of, report
 from shared.config import Settings
@@ -52,23 +54,8 @@ class EmbeddedClient:
         self.configured = settings or Settings()
         self.settings = embedded_settings(self.configured)
 
-    def models(
-        self,
-        *,
-        name: str | None,
-        framework: str | None,
-        task: str | None,
-        include_deprecated: bool,
-    ) -> list[ModelRow]:
-        views = _run(
-            list_models(
-                self.settings,
-                name=name,
-                framework=framework,
-                task=task,
-                include_deprecated=include_deprecated,
-            )
-        )
+    def models(self, wanted: ModelFilter) -> list[ModelRow]:
+        views = _run(list_models(self.settings, **dataclasses.asdict(wanted)))
         return [
             ModelRow(
                 v.name,
@@ -189,6 +176,4 @@ class EmbeddedClient:
         )
 
     def _build_zoo_on_first_use(self, model: str) -> None:
-        from dlscope.cli.zoo import build_on_first_use
-
         build_on_first_use(model, self.settings.home, self)

@@ -4,6 +4,7 @@ every command, and what registering a manifest of this host uploads."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import uuid
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import httpx
 import orjson
 
-from dlscope.cli.client import REPORT_FORMATS, Compared, Evaluated, ModelRow
+from dlscope.cli.client import REPORT_FORMATS, Compared, Evaluated, ModelFilter, ModelRow
 from dlscope.cli.terminal import console, fail, progress
 from shared.artifacts import is_remote, locate
 from shared.breakdown import LayerReport
@@ -60,26 +61,14 @@ class HttpClient:
 
     # The Client interface (dlscope.cli.client).
 
-    def models(
-        self,
-        *,
-        name: str | None,
-        framework: str | None,
-        task: str | None,
-        include_deprecated: bool,
-    ) -> list[ModelRow]:
-        params = {"framework": framework, "task": task, "name": name}
+    def models(self, wanted: ModelFilter) -> list[ModelRow]:
+        params = {"framework": wanted.framework, "task": wanted.task, "name": wanted.name}
         query = {k: v for k, v in params.items() if v is not None}
-        query["include_deprecated"] = str(include_deprecated).lower()
+        query["include_deprecated"] = str(wanted.include_deprecated).lower()
+        # The gateway's model document has a field of each name a row has.
+        columns = [column.name for column in dataclasses.fields(ModelRow)]
         return [
-            ModelRow(
-                m["name"],
-                m["version"],
-                m["framework"],
-                m["task"],
-                m["deprecated"],
-                m["description"],
-            )
+            ModelRow(**{column: m[column] for column in columns})
             for m in self.call("GET", "/v1/models", params=query).json()
         ]
 
