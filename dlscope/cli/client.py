@@ -23,7 +23,15 @@ from shared.messages import (
     ProfiledLevel,
 )
 
-__all__ = ["REPORT_FORMATS", "Client", "Compared", "Evaluated", "ModelFilter", "ModelRow"]
+__all__ = [
+    "REPORT_FORMATS",
+    "Client",
+    "Compared",
+    "Evaluated",
+    "LayersWanted",
+    "ModelFilter",
+    "ModelRow",
+]
 
 # What ``Client.report`` writes, each a self-contained file.
 REPORT_FORMATS = ("html", "csv", "md")
@@ -37,6 +45,17 @@ class ModelFilter:
     framework: str | None = None
     task: str | None = None
     include_deprecated: bool = False
+
+
+@dataclass(frozen=True)
+class LayersWanted:
+    """The layer breakdown ``dlscope layers`` asks for: ``evaluation_id``'s ``top`` layers
+    (of one pass, or of each), lined up with ``others``' layers."""
+
+    evaluation_id: uuid.UUID
+    others: list[uuid.UUID]
+    top: int
+    level: ProfiledLevel | None
 
 
 @dataclass(frozen=True)
@@ -94,13 +113,7 @@ class Client(Protocol):
         """The report of these evaluations and experiments: format (html, csv, md) → text."""
         ...
 
-    def layers(
-        self,
-        evaluation_id: uuid.UUID,
-        others: list[uuid.UUID],
-        top: int,
-        level: ProfiledLevel | None,
-    ) -> dict[str, Any]:
+    def layers(self, wanted: LayersWanted) -> dict[str, Any]:
         """The layer breakdown of an evaluation (a ``LayerReport`` as JSON)."""
         ...
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import uvloop
 
-from dlscope.cli.client import Compared, Evaluated, ModelFilter, ModelRow
+from dlscope.cli.client import Compared, Evaluated, LayersWanted, ModelFilter, ModelRow
 from dlscope.cli.live import LiveEvaluations
 from dlscope.cli.terminal import fail, progress
 from dlscope.cli.zoo_build import build_on_first_use
@@ -27,7 +27,6 @@ from shared.messages import (
     EvaluationProfiled,
     EvaluationRequested,
     ExperimentRequested,
-    ProfiledLevel,
     RegisterArtifact,
     RegistrationResult,
     evaluation_stream,
@@ -114,29 +113,23 @@ class EmbeddedClient:
             bar.update(task, advance=1, description="done")
         return {"html": html, "csv": csv, "md": markdown}
 
-    def layers(
-        self,
-        evaluation_id: uuid.UUID,
-        others: list[uuid.UUID],
-        top: int,
-        level: ProfiledLevel | None,
-    ) -> dict[str, Any]:
+    def layers(self, wanted: LayersWanted) -> dict[str, Any]:
         url = self.configured.resolved_database_url
-        wanted = (evaluation_id, *others)
+        ids = (wanted.evaluation_id, *wanted.others)
 
         async def read() -> list[EvaluationProfiled | str]:
             async with EventStore.from_url(url) as store:
-                return [profile_of(await store.stream_events(evaluation_stream(i))) for i in wanted]
+                return [profile_of(await store.stream_events(evaluation_stream(i))) for i in ids]
 
         try:
             found = asyncio.run(read())
         except DlscopeError as exc:
             raise fail(str(exc), 1) from exc
-        for one, why in zip(wanted, found, strict=True):
+        for one, why in zip(ids, found, strict=True):
             if isinstance(why, str):
                 raise fail(f"no layers of evaluation {one} in {url}: {why}", 1)
         profiled = [p for p in found if isinstance(p, EvaluationProfiled)]
-        answer = report(profiled[0], top=top, level=level, compared=profiled[1:])
+        answer = report(profiled[0], top=wanted.top, level=wanted.level, compared=profiled[1:])
         if isinstance(answer, str):
             raise fail(answer, 1)
         return answer.model_dump(mode="json")

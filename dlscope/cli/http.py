@@ -13,7 +13,14 @@ from typing import Any
 import httpx
 import orjson
 
-from dlscope.cli.client import REPORT_FORMATS, Compared, Evaluated, ModelFilter, ModelRow
+from dlscope.cli.client import (
+    REPORT_FORMATS,
+    Compared,
+    Evaluated,
+    LayersWanted,
+    ModelFilter,
+    ModelRow,
+)
 from dlscope.cli.terminal import console, fail, progress
 from shared.artifacts import is_remote, locate
 from shared.breakdown import LayerReport
@@ -27,7 +34,6 @@ from shared.messages import (
     ExperimentComparison,
     ExperimentRequested,
     MemberResult,
-    ProfiledLevel,
 )
 from shared.processing import read_labels
 
@@ -99,17 +105,11 @@ class HttpClient:
                 bar.advance(task)
         return written
 
-    def layers(
-        self,
-        evaluation_id: uuid.UUID,
-        others: list[uuid.UUID],
-        top: int,
-        level: ProfiledLevel | None,
-    ) -> dict[str, Any]:
-        params: dict[str, Any] = {"top": top, "compare": [str(i) for i in others]}
-        if level is not None:
-            params["level"] = level
-        path = f"/v1/evaluations/{evaluation_id}/layers"
+    def layers(self, wanted: LayersWanted) -> dict[str, Any]:
+        params: dict[str, Any] = {"top": wanted.top, "compare": [str(i) for i in wanted.others]}
+        if wanted.level is not None:
+            params["level"] = wanted.level
+        path = f"/v1/evaluations/{wanted.evaluation_id}/layers"
         body = self.call("GET", path, params=params).json()
         answer: dict[str, Any] = LayerReport.model_validate(body).model_dump(mode="json")
         return answer

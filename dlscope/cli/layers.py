@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from dlscope.cli.client import LayersWanted
 from dlscope.cli.gateway_options import Token, gateway_option
 from dlscope.cli.target import client_for
 from dlscope.cli.terminal import console, fail
@@ -44,7 +45,7 @@ def layers_command(
     op type, each level's overhead; with --compare, lined up with other evaluations'."""
     only = _level(level)
     others = compare or []
-    document = client_for(gateway, token).layers(evaluation_id, others, top, only)
+    document = client_for(gateway, token).layers(LayersWanted(evaluation_id, others, top, only))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(document, indent=2))

