@@ -15,7 +15,13 @@ from dlscope.cli.client import Compared, Evaluated, LayersWanted, ModelFilter, M
 from dlscope.cli.live import LiveEvaluations
 from dlscope.cli.terminal import fail, progress
 from dlscope.cli.zoo_build import build_on_first_use
-from dlscope.embedded import ask_registry, embedded_settings, evaluate, experiment, list_models
+from dlscope.embedded import (
+    ask_embedded_registry,
+    embedded_settings,
+    evaluate,
+    experiment,
+    list_models,
+)
 from shared.breakdown import profile_of, report
 from shared.config import Settings
 from shared.errors import DlscopeError
@@ -71,14 +77,14 @@ class EmbeddedClient:
         body = manifest.model_dump(mode="json")  # relative sources now absolute
         # This user's own registry, in this process: the manifest may name their files.
         call = RegisterArtifact(manifest=body, local=True)
-        result = _run(ask_registry(self.settings, "register", call, RegistrationResult))
+        result = _run(ask_embedded_registry(self.settings, "register", call, RegistrationResult))
         if result.manifest is None:
             raise fail(f"{what}: refused: {result.error}", 1)
         return bool(result.created)
 
     def deprecate(self, name: str, version: str, reason: str) -> None:
         call = DeprecateArtifact(name=name, version=version, reason=reason)
-        reply = _run(ask_registry(self.settings, "deprecate", call, DeprecationResult))
+        reply = _run(ask_embedded_registry(self.settings, "deprecate", call, DeprecationResult))
         if reply.error is not None:
             raise fail(reply.error, 1)
 
