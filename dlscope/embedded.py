@@ -56,7 +56,7 @@ from shared.telemetry import trace_id_hex
 __all__ = [
     "EmbeddedExperiment",
     "EmbeddedResult",
-    "ask_registry",
+    "ask_embedded_registry",
     "embedded_settings",
     "evaluate",
     "experiment",
@@ -125,15 +125,7 @@ async def evaluate(
         async with running(all_services(runtime, [(request.framework, request.hardware)])):
             client = runtime.bus("cli")
             await client.start()
-            trace_id = await _publish_and_wait(
-                runtime,
-                client,
-                request,
-                stream_id=evaluation_stream(request.evaluation_id),
-                correlation_id=request.evaluation_id,
-                outcomes=(EvaluationCompleted.TYPE, EvaluationFailed.TYPE),
-                watch=watch,
-            )
+            trace_id = await _publish_and_wait(runtime, client, request, watch=watch)
             await runtime.broker.drained()  # the recorder has stored every event
             await client.stop()
         async with EventStore.from_url(settings.resolved_database_url) as store:
@@ -216,15 +208,7 @@ async def experiment(
             )
             workers = await _framework_workers(runtime, serving, request.hardware, not_installed)
             async with stopping(workers):
-                trace_id = await _publish_and_wait(
-                    runtime,
-                    client,
-                    request,
-                    stream_id=experiment_stream(request.experiment_id),
-                    correlation_id=request.experiment_id,
-                    outcomes=(ExperimentCompared.TYPE, ExperimentFailed.TYPE),
-                    watch=watch,
-                )
+                trace_id = await _publish_and_wait(runtime, client, request, watch=watch)
             await runtime.broker.drained()  # the recorder has stored every event
             await client.stop()
         async with EventStore.from_url(settings.resolved_database_url) as store:
@@ -302,18 +286,28 @@ async def _exports(
     return experiment_models(found.manifest, registered, request.frameworks)
 
 
+def _settled_by(
+    request: EvaluationRequested | ExperimentRequested,
+) -> tuple[str, uuid.UUID, tuple[str, ...]]:
+    """The stream ``request`` starts, the id its events carry, and the event types that end
+    it: what ``dlscope run`` waits for, for either kind of request."""
+    if isinstance(request, EvaluationRequested):
+        outcomes = (EvaluationCompleted.TYPE, EvaluationFailed.TYPE)
+        return evaluation_stream(request.evaluation_id), request.evaluation_id, outcomes
+    outcomes = (ExperimentCompared.TYPE, ExperimentFailed.TYPE)
+    return experiment_stream(request.experiment_id), request.experiment_id, outcomes
+
+
 async def _publish_and_wait(
     runtime: Runtime,
     client: Bus,
-    request: Payload,
+    request: EvaluationRequested | ExperimentRequested,
     *,
-    stream_id: str,
-    correlation_id: uuid.UUID,
-    outcomes: tuple[str, ...],
     watch: Watch | None = None,
 ) -> str:
     """Publish ``request`` once every service and worker has started (and announced itself),
-    as one trace; return its trace id when one of the ``outcomes`` event types for it came."""
+    as one trace; return its trace id when an event that ends it came (``_settled_by``)."""
+    stream_id, correlation_id, outcomes = _settled_by(request)
     finished: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
 
     async def on_outcome(envelope: Envelope) -> None:
@@ -388,9 +382,12 @@ async def _registry(settings: Settings) -> AsyncIterator[Bus]:
         await runtime.close()
 
 
-async def ask_registry(settings: Settings, call: str, payload: Payload, answer: type[P]) -> P:
-    """One request/reply call to the embedded registry (``register``, ``deprecate``, …), its
-    reply opened as ``answer``."""
+async def ask_embedded_registry(
+    settings: Settings, call: str, payload: Payload, answer: type[P]
+) -> P:
+    """The recorder and the registry run here for one request/reply call (``register``,
+    ``deprecate``, …), its reply opened as ``answer``, and stop once what it did is stored.
+    Not the gateway's ``ask_registry``, which asks a registry already running elsewhere."""
     async with _registry(settings) as client:
         return await client.ask(
             rpc_key("registry", call),

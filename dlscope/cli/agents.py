@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from dlscope.cli.gateway_options import gateway_option, token_option
 from dlscope.cli.http import HttpClient
 from dlscope.cli.terminal import console
 
@@ -22,16 +23,12 @@ _STYLE = {"busy": "yellow", "online": "green", "offline": "red"}
 
 
 def agents_command(
-    gateway: Annotated[
-        str, typer.Option(envvar="DLSCOPE_GATEWAY_URL", help="the deployment's gateway")
-    ] = "http://127.0.0.1:8080",
+    gateway: Annotated[str, gateway_option("the deployment's gateway")] = "http://127.0.0.1:8080",
     online: Annotated[
         bool, typer.Option("--online", help="only the agents online (busy or idle)")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the gateway's JSON")] = False,
-    token: Annotated[
-        str | None, typer.Option(envvar="DLSCOPE_API_TOKEN", help="when reads need it")
-    ] = None,
+    token: Annotated[str | None, token_option("when reads need it")] = None,
 ) -> None:
     """The fleet: host, framework and version, hardware, device, state, current job, last
     heartbeat and jobs done of every worker (agent)."""

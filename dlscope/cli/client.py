@@ -3,7 +3,9 @@
 Every command that reads or asks something (models, zoo, report, layers, run, submit) talks
 to a ``Client``: ``EmbeddedClient`` runs the services it needs in this process on the
 in-memory broker and the SQLite store under DLSCOPE_HOME; ``HttpClient`` asks a running
-deployment's gateway. The commands themselves never branch on where dlscope runs.
+deployment's gateway. The commands themselves never branch on where dlscope runs: they take
+their client from ``dlscope.cli.target``, which chooses. This module holds only what both
+clients answer with, so each imports it and neither imports the other.
 """
 
 from __future__ import annotations
@@ -21,10 +23,39 @@ from shared.messages import (
     ProfiledLevel,
 )
 
-__all__ = ["REPORT_FORMATS", "Client", "Compared", "Evaluated", "ModelRow", "client_for"]
+__all__ = [
+    "REPORT_FORMATS",
+    "Client",
+    "Compared",
+    "Evaluated",
+    "LayersWanted",
+    "ModelFilter",
+    "ModelRow",
+]
 
 # What ``Client.report`` writes, each a self-contained file.
 REPORT_FORMATS = ("html", "csv", "md")
+
+
+@dataclass(frozen=True)
+class ModelFilter:
+    """Which registered model versions ``dlscope models list`` asks for: None matches any."""
+
+    name: str | None = None
+    framework: str | None = None
+    task: str | None = None
+    include_deprecated: bool = False
+
+
+@dataclass(frozen=True)
+class LayersWanted:
+    """The layer breakdown ``dlscope layers`` asks for: ``evaluation_id``'s ``top`` layers
+    (of one pass, or of each), lined up with ``others``' layers."""
+
+    evaluation_id: uuid.UUID
+    others: list[uuid.UUID]
+    top: int
+    level: ProfiledLevel | None
 
 
 @dataclass(frozen=True)
@@ -70,14 +101,7 @@ class Client(Protocol):
     """What the command line asks of dlscope. A method that cannot answer fails the command
     with the reason (``dlscope.cli.terminal.fail``)."""
 
-    def models(
-        self,
-        *,
-        name: str | None,
-        framework: str | None,
-        task: str | None,
-        include_deprecated: bool,
-    ) -> list[ModelRow]: ...
+    def models(self, wanted: ModelFilter) -> list[ModelRow]: ...
 
     def register(self, manifest: ModelManifest, what: str) -> bool:
         """Register ``manifest``; whether it is new (False: registered already, unchanged)."""
@@ -89,13 +113,7 @@ class Client(Protocol):
         """The report of these evaluations and experiments: format (html, csv, md) → text."""
         ...
 
-    def layers(
-        self,
-        evaluation_id: uuid.UUID,
-        others: list[uuid.UUID],
-        top: int,
-        level: ProfiledLevel | None,
-    ) -> dict[str, Any]:
+    def layers(self, wanted: LayersWanted) -> dict[str, Any]:
         """The layer breakdown of an evaluation (a ``LayerReport`` as JSON)."""
         ...
 
@@ -106,14 +124,3 @@ class Client(Protocol):
     def experiment(self, request: ExperimentRequested, *, wait: bool) -> Compared | None:
         """Run ``request``; its comparison, or None when not waiting for it."""
         ...
-
-
-def client_for(gateway: str | None, token: str | None) -> Client:
-    """The deployment behind ``gateway``, or, without one, the embedded dlscope here."""
-    if gateway:
-        from dlscope.cli.http import HttpClient
-
-        return HttpClient(gateway, token)
-    from dlscope.cli.embedded_client import EmbeddedClient
-
-    return EmbeddedClient()

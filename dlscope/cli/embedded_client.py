@@ -4,16 +4,24 @@ in-memory broker and the SQLite store under DLSCOPE_HOME (``dlscope.embedded``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import uvloop
 
-from dlscope.cli.client import Compared, Evaluated, ModelRow
+from dlscope.cli.client import Compared, Evaluated, LayersWanted, ModelFilter, ModelRow
 from dlscope.cli.live import LiveEvaluations
 from dlscope.cli.terminal import fail, progress
-from dlscope.embedded import ask_registry, embedded_settings, evaluate, experiment, list_models
+from dlscope.cli.zoo_build import build_on_first_use
+from dlscope.embedded import (
+    ask_embedded_registry,
+    embedded_settings,
+    evaluate,
+    experiment,
+    list_models,
+)
 from shared.breakdown import profile_of, report
 from shared.config import Settings
 from shared.errors import DlscopeError
@@ -25,7 +33,6 @@ from shared.messages import (
     EvaluationProfiled,
     EvaluationRequested,
     ExperimentRequested,
-    ProfiledLevel,
     RegisterArtifact,
     RegistrationResult,
     evaluation_stream,
@@ -52,23 +59,8 @@ class EmbeddedClient:
         self.configured = settings or Settings()
         self.settings = embedded_settings(self.configured)
 
-    def models(
-        self,
-        *,
-        name: str | None,
-        framework: str | None,
-        task: str | None,
-        include_deprecated: bool,
-    ) -> list[ModelRow]:
-        views = _run(
-            list_models(
-                self.settings,
-                name=name,
-                framework=framework,
-                task=task,
-                include_deprecated=include_deprecated,
-            )
-        )
+    def models(self, wanted: ModelFilter) -> list[ModelRow]:
+        views = _run(list_models(self.settings, **dataclasses.asdict(wanted)))
         return [
             ModelRow(
                 v.name,
@@ -85,14 +77,14 @@ class EmbeddedClient:
         body = manifest.model_dump(mode="json")  # relative sources now absolute
         # This user's own registry, in this process: the manifest may name their files.
         call = RegisterArtifact(manifest=body, local=True)
-        result = _run(ask_registry(self.settings, "register", call, RegistrationResult))
+        result = _run(ask_embedded_registry(self.settings, "register", call, RegistrationResult))
         if result.manifest is None:
             raise fail(f"{what}: refused: {result.error}", 1)
         return bool(result.created)
 
     def deprecate(self, name: str, version: str, reason: str) -> None:
         call = DeprecateArtifact(name=name, version=version, reason=reason)
-        reply = _run(ask_registry(self.settings, "deprecate", call, DeprecationResult))
+        reply = _run(ask_embedded_registry(self.settings, "deprecate", call, DeprecationResult))
         if reply.error is not None:
             raise fail(reply.error, 1)
 
@@ -127,29 +119,23 @@ class EmbeddedClient:
             bar.update(task, advance=1, description="done")
         return {"html": html, "csv": csv, "md": markdown}
 
-    def layers(
-        self,
-        evaluation_id: uuid.UUID,
-        others: list[uuid.UUID],
-        top: int,
-        level: ProfiledLevel | None,
-    ) -> dict[str, Any]:
+    def layers(self, wanted: LayersWanted) -> dict[str, Any]:
         url = self.configured.resolved_database_url
-        wanted = (evaluation_id, *others)
+        ids = (wanted.evaluation_id, *wanted.others)
 
         async def read() -> list[EvaluationProfiled | str]:
             async with EventStore.from_url(url) as store:
-                return [profile_of(await store.stream_events(evaluation_stream(i))) for i in wanted]
+                return [profile_of(await store.stream_events(evaluation_stream(i))) for i in ids]
 
         try:
             found = asyncio.run(read())
         except DlscopeError as exc:
             raise fail(str(exc), 1) from exc
-        for one, why in zip(wanted, found, strict=True):
+        for one, why in zip(ids, found, strict=True):
             if isinstance(why, str):
                 raise fail(f"no layers of evaluation {one} in {url}: {why}", 1)
         profiled = [p for p in found if isinstance(p, EvaluationProfiled)]
-        answer = report(profiled[0], top=top, level=level, compared=profiled[1:])
+        answer = report(profiled[0], top=wanted.top, level=wanted.level, compared=profiled[1:])
         if isinstance(answer, str):
             raise fail(answer, 1)
         return answer.model_dump(mode="json")
@@ -189,6 +175,4 @@ class EmbeddedClient:
         )
 
     def _build_zoo_on_first_use(self, model: str) -> None:
-        from dlscope.cli.zoo import build_on_first_use
-
         build_on_first_use(model, self.settings.home, self)

@@ -37,6 +37,7 @@ import typer
 
 from dlscope.cli.client import Client, Compared, Evaluated
 from dlscope.cli.experiments import show_comparison
+from dlscope.cli.gateway_options import Token, gateway_option
 from dlscope.cli.layers import tracing_table
 from dlscope.cli.options import (
     ComparisonOptions,
@@ -55,8 +56,6 @@ from shared.errors import DlscopeError
 __all__ = ["publish", "run", "submit"]
 
 JsonPath = Annotated[Path | None, typer.Option("--json", help="write the full result here")]
-Gateway = Annotated[str, typer.Option(envvar="DLSCOPE_GATEWAY_URL")]
-Token = Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")]
 
 
 @spread_options
@@ -110,7 +109,7 @@ def submit(
     model: ModelArg,
     options: EvaluationOptions,
     comparison: ComparisonOptions,
-    gateway: Gateway = "http://127.0.0.1:8080",
+    gateway: Annotated[str, gateway_option()] = "http://127.0.0.1:8080",
     wait: Annotated[bool, typer.Option(help="wait for the outcome and print it")] = True,
     token: Token = None,
     json_path: JsonPath = None,

@@ -4,6 +4,7 @@ every command, and what registering a manifest of this host uploads."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import uuid
 from pathlib import Path
@@ -12,7 +13,14 @@ from typing import Any
 import httpx
 import orjson
 
-from dlscope.cli.client import REPORT_FORMATS, Compared, Evaluated, ModelRow
+from dlscope.cli.client import (
+    REPORT_FORMATS,
+    Compared,
+    Evaluated,
+    LayersWanted,
+    ModelFilter,
+    ModelRow,
+)
 from dlscope.cli.terminal import console, fail, progress
 from shared.artifacts import is_remote, locate
 from shared.breakdown import LayerReport
@@ -26,7 +34,6 @@ from shared.messages import (
     ExperimentComparison,
     ExperimentRequested,
     MemberResult,
-    ProfiledLevel,
 )
 from shared.processing import read_labels
 
@@ -60,26 +67,14 @@ class HttpClient:
 
     # The Client interface (dlscope.cli.client).
 
-    def models(
-        self,
-        *,
-        name: str | None,
-        framework: str | None,
-        task: str | None,
-        include_deprecated: bool,
-    ) -> list[ModelRow]:
-        params = {"framework": framework, "task": task, "name": name}
+    def models(self, wanted: ModelFilter) -> list[ModelRow]:
+        params = {"framework": wanted.framework, "task": wanted.task, "name": wanted.name}
         query = {k: v for k, v in params.items() if v is not None}
-        query["include_deprecated"] = str(include_deprecated).lower()
+        query["include_deprecated"] = str(wanted.include_deprecated).lower()
+        # The gateway's model document has a field of each name a row has.
+        columns = [column.name for column in dataclasses.fields(ModelRow)]
         return [
-            ModelRow(
-                m["name"],
-                m["version"],
-                m["framework"],
-                m["task"],
-                m["deprecated"],
-                m["description"],
-            )
+            ModelRow(**{column: m[column] for column in columns})
             for m in self.call("GET", "/v1/models", params=query).json()
         ]
 
@@ -110,17 +105,11 @@ class HttpClient:
                 bar.advance(task)
         return written
 
-    def layers(
-        self,
-        evaluation_id: uuid.UUID,
-        others: list[uuid.UUID],
-        top: int,
-        level: ProfiledLevel | None,
-    ) -> dict[str, Any]:
-        params: dict[str, Any] = {"top": top, "compare": [str(i) for i in others]}
-        if level is not None:
-            params["level"] = level
-        path = f"/v1/evaluations/{evaluation_id}/layers"
+    def layers(self, wanted: LayersWanted) -> dict[str, Any]:
+        params: dict[str, Any] = {"top": wanted.top, "compare": [str(i) for i in wanted.others]}
+        if wanted.level is not None:
+            params["level"] = wanted.level
+        path = f"/v1/evaluations/{wanted.evaluation_id}/layers"
         body = self.call("GET", path, params=params).json()
         answer: dict[str, Any] = LayerReport.model_validate(body).model_dump(mode="json")
         return answer

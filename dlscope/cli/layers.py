@@ -16,7 +16,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from dlscope.cli.client import client_for
+from dlscope.cli.client import LayersWanted
+from dlscope.cli.gateway_options import Token, gateway_option
+from dlscope.cli.target import client_for
 from dlscope.cli.terminal import console, fail
 from shared.messages import PROFILED_LEVELS, ProfiledLevel
 
@@ -33,11 +35,8 @@ def layers_command(
     level: Annotated[
         str | None, typer.Option(help=f"only this pass: one of {', '.join(PROFILED_LEVELS)}")
     ] = None,
-    gateway: Annotated[
-        str | None,
-        typer.Option(envvar="DLSCOPE_GATEWAY_URL", help="a running gateway; default: the store"),
-    ] = None,
-    token: Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")] = None,
+    gateway: Annotated[str | None, gateway_option("a running gateway; default: the store")] = None,
+    token: Token = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write the breakdown here as JSON")
     ] = None,
@@ -46,7 +45,7 @@ def layers_command(
     op type, each level's overhead; with --compare, lined up with other evaluations'."""
     only = _level(level)
     others = compare or []
-    document = client_for(gateway, token).layers(evaluation_id, others, top, only)
+    document = client_for(gateway, token).layers(LayersWanted(evaluation_id, others, top, only))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(document, indent=2))

@@ -12,22 +12,18 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dlscope.cli.client import client_for
+from dlscope.cli.client import ModelFilter
+from dlscope.cli.gateway_options import Gateway, Token
+from dlscope.cli.target import client_for
 from dlscope.cli.terminal import console, fail
 from shared.errors import DlscopeError
 from shared.manifests import ModelManifest, load_manifest
 
-__all__ = ["Gateway", "Token", "models"]
+__all__ = ["models"]
 
 models = typer.Typer(
     help="The model registry: list, show, register, deprecate.", no_args_is_help=True
 )
-
-Gateway = Annotated[
-    str | None,
-    typer.Option(envvar="DLSCOPE_GATEWAY_URL", help="a running gateway; default: embedded"),
-]
-Token = Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")]
 
 
 @models.command("list")
@@ -40,9 +36,8 @@ def list_models(
     token: Token = None,
 ) -> None:
     """The registered models: the built-in zoo and what users registered."""
-    rows = client_for(gateway, token).models(
-        name=name, framework=framework, task=task, include_deprecated=deprecated
-    )
+    wanted = ModelFilter(name=name, framework=framework, task=task, include_deprecated=deprecated)
+    rows = client_for(gateway, token).models(wanted)
     table = Table(title="registered models")
     for column in ("name", "version", "framework", "task", "description"):
         table.add_column(column)

@@ -4,7 +4,8 @@ declared once.
 Each group is a frozen dataclass whose fields are typer options; ``dlscope.cli.spread`` lets
 a command take a group as one typed parameter while typer still sees every option on its own.
 The groups turn themselves into the typed wire requests, checked before anything starts, so
-a bad option is refused naming the option the user typed.
+a bad option is refused naming the option the user typed. The scenario's own options, and
+how they become the wire scenario, are ``dlscope.cli.scenario_options``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,30 @@ import typer
 from pydantic import TypeAdapter, ValidationError
 
 from dlscope.cli.problems import REQUEST_OPTIONS, SCENARIO_OPTIONS, problems
+from dlscope.cli.scenario_options import (
+    Adaptive,
+    BatchSize,
+    BatchSizes,
+    Concurrency,
+    DriverOpt,
+    Iterations,
+    LatencyBound,
+    MaxDuration,
+    MaxNewTokens,
+    MinDuration,
+    Natural,
+    Qps,
+    SamplesPerQuery,
+    ScenarioOpt,
+    Seed,
+    SloPercentile,
+    Temperature,
+    TopK,
+    TpotBound,
+    TtftBound,
+    Warmup,
+    wire_scenario,
+)
 from dlscope.cli.terminal import errors, fail
 from dlscope.cli.trace import (
     DEFAULT_TRACE_LEVEL,
@@ -30,7 +55,6 @@ from dlscope.cli.trace import (
 from shared.messages import (
     FRAMEWORKS,
     HARDWARE,
-    SCENARIOS,
     EvaluationRequested,
     ExperimentRequested,
     FrameworkSelection,
@@ -67,92 +91,6 @@ EndpointOpt = Annotated[
 ]
 FrameworkVersion = Annotated[str, typer.Option(help="framework version constraint")]
 HardwareOpt = Annotated[str, typer.Option("--hardware", help=f"one of {', '.join(HARDWARE)}")]
-ScenarioOpt = Annotated[
-    str, typer.Option("--scenario", help=f"one of {', '.join(SCENARIOS)} (MLPerf semantics)")
-]
-DriverOpt = Annotated[
-    str,
-    typer.Option(
-        "--driver", help="native, or loadgen: MLCommons LoadGen, which writes its mlperf logs"
-    ),
-]
-Iterations = Annotated[
-    int | None,
-    typer.Option("--iterations", "-n", help="at least this many timed queries (offline: samples)"),
-]
-Warmup = Annotated[
-    int | None,
-    typer.Option(help="queries per warm-up window (warm-up runs until steady); 0: none"),
-]
-BatchSize = Annotated[
-    int, typer.Option("--batch-size", "-b", help="samples per query (offline: per batch)")
-]
-SamplesPerQuery = Annotated[int | None, typer.Option(help="multi-stream: samples per query")]
-Qps = Annotated[float | None, typer.Option("--qps", help="server: target queries per second")]
-LatencyBound = Annotated[
-    float | None, typer.Option("--latency-bound", help="server: p99 latency bound (ms)")
-]
-BatchSizes = Annotated[
-    str | None, typer.Option("--batch-sizes", help="batch-sweep: sizes, e.g. 1,2,4,8")
-]
-MinDuration = Annotated[
-    float | None, typer.Option("--min-duration", help="the timed phase lasts at least (s)")
-]
-MaxDuration = Annotated[
-    float | None, typer.Option("--max-duration", help="the timed phase stops here (s)")
-]
-Seed = Annotated[int, typer.Option(help="seed of the inputs, the sample order, the arrivals")]
-Adaptive = Annotated[
-    float | None,
-    typer.Option(
-        "--adaptive",
-        help="keep measuring until the headline's 95%% interval is within this fraction "
-        "(e.g. 0.01), or --max-duration",
-    ),
-]
-MaxNewTokens = Annotated[
-    int | None,
-    typer.Option("--max-new-tokens", help="text generation: tokens per request (default 32)"),
-]
-Natural = Annotated[
-    bool,
-    typer.Option(
-        "--natural",
-        help="text generation: stop a request at its end-of-sequence token; by default every "
-        "request generates exactly --max-new-tokens",
-    ),
-]
-TtftBound = Annotated[
-    float | None,
-    typer.Option("--ttft-bound", help="text generation: p99 time-to-first-token bound (ms)"),
-]
-TpotBound = Annotated[
-    float | None,
-    typer.Option("--tpot-bound", help="text generation: p99 time-per-output-token bound (ms)"),
-]
-SloPercentile = Annotated[
-    float | None,
-    typer.Option(
-        "--slo-percentile",
-        help="text generation: the percentile the TTFT/TPOT bounds judge (default 0.99)",
-    ),
-]
-Concurrency = Annotated[
-    int | None,
-    typer.Option(
-        "--concurrency",
-        help="text generation: streams issuing requests back to back at once (default 1)",
-    ),
-]
-Temperature = Annotated[
-    float | None,
-    typer.Option(
-        "--temperature", help="text generation: sample at this temperature (default 0: greedy)"
-    ),
-]
-TopK = Annotated[
-    int | None, typer.Option("--top-k", help="text generation, sampling: the k best tokens only")
-]
 DatasetOpt = Annotated[
     str | None,
     typer.Option("--dataset", help="a labelled dataset, e.g. digits: measures top-1/top-5"),
@@ -229,41 +167,7 @@ class EvaluationOptions:
     def wire_scenario(self) -> dict[str, Any]:
         """The scenario's wire fields, checked now: a bad one is refused before anything
         starts. Options left out keep the scenario's defaults."""
-        given: dict[str, Any] = {
-            "name": self.scenario,
-            "driver": self.driver,
-            "iterations": self.iterations,
-            "warmup": self.warmup,
-            "batch_size": self.batch_size,
-            "samples_per_query": self.samples_per_query,
-            "target_qps": self.qps,
-            "latency_bound_ms": self.latency_bound,
-            "min_duration_s": self.min_duration,
-            "max_duration_s": self.max_duration,
-            "adaptive_half_width": self.adaptive,
-            "seed": self.seed,
-            "max_new_tokens": self.max_new_tokens,
-            "ignore_eos": False if self.natural else None,
-            "ttft_bound_ms": self.ttft_bound,
-            "tpot_bound_ms": self.tpot_bound,
-            "slo_percentile": self.slo_percentile,
-            "concurrency": self.concurrency,
-            "temperature": self.temperature,
-            "top_k": self.top_k,
-        }
-        if self.batch_sizes is not None:
-            try:
-                given["batch_sizes"] = [int(size) for size in self.batch_sizes.split(",")]
-            except ValueError as exc:
-                raise fail(
-                    f"--batch-sizes takes integers separated by commas, not {self.batch_sizes!r}",
-                    2,
-                ) from exc
-        fields = {key: value for key, value in given.items() if value is not None}
-        try:
-            return Scenario.model_validate(fields).model_dump(mode="json", exclude_unset=True)
-        except ValidationError as exc:
-            raise fail(problems(exc, SCENARIO_OPTIONS, scenario=self.scenario), 2) from exc
+        return wire_scenario(dataclasses.asdict(self))
 
     def request(
         self, model: str, *, requested_by: str, concurrent: bool = False

@@ -14,8 +14,9 @@ from typing import Annotated
 
 import typer
 
-from dlscope.cli.client import REPORT_FORMATS, client_for
-from dlscope.cli.models import Gateway, Token
+from dlscope.cli.client import REPORT_FORMATS
+from dlscope.cli.gateway_options import Gateway, Token
+from dlscope.cli.target import client_for
 from dlscope.cli.terminal import console, fail
 
 __all__ = ["report_command"]

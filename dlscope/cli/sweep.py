@@ -18,9 +18,11 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.table import Table
 
-from dlscope.cli.client import Client, client_for
+from dlscope.cli.client import Client
+from dlscope.cli.gateway_options import Token, gateway_option
 from dlscope.cli.options import EndpointOpt, EvaluationOptions, ModelArg, use_endpoint
 from dlscope.cli.spread import spread_options
+from dlscope.cli.target import client_for
 from dlscope.cli.terminal import console, fail
 from shared.measurement.goodput import Search, goodput_search, judge_probe, rate_search
 from shared.messages import GenerationSummary
@@ -101,11 +103,8 @@ def sweep(
             "fraction apart",
         ),
     ] = 0.1,
-    gateway: Annotated[
-        str | None,
-        typer.Option(envvar="DLSCOPE_GATEWAY_URL", help="a deployment; default: embedded"),
-    ] = None,
-    token: Annotated[str | None, typer.Option(envvar="DLSCOPE_API_TOKEN")] = None,
+    gateway: Annotated[str | None, gateway_option("a deployment; default: embedded")] = None,
+    token: Token = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="write every load's result here")
     ] = None,

@@ -11,7 +11,21 @@ from urllib.parse import urlencode
 
 from starlette.requests import Request
 
-__all__ = ["PAGE_SIZES", "BadQuery", "Filters", "day", "midnight", "one_of", "pages", "paging"]
+from shared.eventstore.views import EVALUATION_STATUSES, EXPERIMENT_STATUSES
+from shared.messages import FRAMEWORKS, HARDWARE
+
+__all__ = [
+    "PAGE_SIZES",
+    "BadQuery",
+    "Filters",
+    "day",
+    "evaluation_filters",
+    "experiment_filters",
+    "midnight",
+    "one_of",
+    "pages",
+    "paging",
+]
 
 PAGE_SIZES = (25, 50, 100, 200)
 
@@ -53,6 +67,25 @@ def day(query: Mapping[str, str], name: str) -> date | None:
         return date.fromisoformat(value)
     except ValueError:
         raise BadQuery(f"{name}: {value!r} is not a date (YYYY-MM-DD)") from None
+
+
+def evaluation_filters(query: Mapping[str, str]) -> Filters:
+    """The evaluations page's filters: model, framework, hardware, status, requested between."""
+    return Filters(
+        model=query.get("model") or None,
+        framework=one_of(query, "framework", FRAMEWORKS),
+        hardware=one_of(query, "hardware", HARDWARE),
+        status=one_of(query, "status", EVALUATION_STATUSES),
+        since=day(query, "since"),
+        until=day(query, "until"),
+    )
+
+
+def experiment_filters(query: Mapping[str, str]) -> Filters:
+    """The experiments page's filters: model and status."""
+    return Filters(
+        model=query.get("model") or None, status=one_of(query, "status", EXPERIMENT_STATUSES)
+    )
 
 
 def paging(query: Mapping[str, str]) -> tuple[int, int]:

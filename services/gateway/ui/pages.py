@@ -13,8 +13,9 @@ and forms (keyboard-usable, no client-side routing); only the launch form needs 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import HTMLResponse
@@ -22,12 +23,13 @@ from fastapi.responses import HTMLResponse
 from services.gateway.analysis_api import draw, history_of
 from services.gateway.context import GatewayContext, context_of
 from services.gateway.ui import charts
-from services.gateway.ui.documents import Source
+from services.gateway.ui.documents import EvaluationDocument, ExperimentDocument, Source
 from services.gateway.ui.launch import catalog as launch_catalog
 from services.gateway.ui.listing import (
     BadQuery,
     Filters,
-    day,
+    evaluation_filters,
+    experiment_filters,
     midnight,
     one_of,
     pages,
@@ -37,7 +39,12 @@ from services.gateway.ui.rendering import embedded_chart, render
 from services.gateway.ui.views import evaluation_info, experiment_info
 from shared.errors import DlscopeError
 from shared.eventstore import ArtifactView
-from shared.eventstore.views import EVALUATION_STATUSES, EXPERIMENT_STATUSES
+from shared.eventstore.views import (
+    EVALUATION_STATUSES,
+    EXPERIMENT_STATUSES,
+    EvaluationView,
+    ExperimentView,
+)
 from shared.messages import (
     DRIVERS,
     FRAMEWORKS,
@@ -51,6 +58,10 @@ from shared.messages.tracing import DEFAULT_TRACE_LEVEL, TRACE_LEVELS
 __all__ = ["page", "router"]
 
 router = APIRouter(include_in_schema=False)
+
+# A page's document (an evaluation's or an experiment's), and a list page's view.
+D = TypeVar("D", EvaluationDocument, ExperimentDocument)
+V = TypeVar("V")
 
 
 def page(
@@ -110,110 +121,54 @@ async def home(request: Request) -> HTMLResponse:
 
 @router.get("/evaluations/{evaluation_id}", response_class=HTMLResponse)
 async def evaluation_page(request: Request, evaluation_id: uuid.UUID) -> HTMLResponse:
-    notices: list[tuple[str, str]] = []
-    document = await _source(context_of(request), notices).evaluation(evaluation_id)
-    if document is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no evaluation {evaluation_id} (yet)")
-    return page(
-        request,
-        "evaluation.html",
-        title=document.title,
-        section="/evaluations",
-        messages=notices,
-        charts_on_page=True,
-        doc=document,
-        info=evaluation_info(document),
+    return await _document_page(
+        request, "evaluation", evaluation_id, Source.evaluation, evaluation_info
     )
 
 
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
 async def experiment_page(request: Request, experiment_id: uuid.UUID) -> HTMLResponse:
-    notices: list[tuple[str, str]] = []
-    document = await _source(context_of(request), notices).experiment(experiment_id)
-    if document is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no experiment {experiment_id} (yet)")
-    return page(
-        request,
-        "experiment.html",
-        title=document.title,
-        section="/experiments",
-        messages=notices,
-        charts_on_page=True,
-        doc=document,
-        info=experiment_info(document),
+    return await _document_page(
+        request, "experiment", experiment_id, Source.experiment, experiment_info
     )
 
 
 @router.get("/evaluations", response_class=HTMLResponse)
 async def evaluations_page(request: Request) -> HTMLResponse:
-    context = context_of(request)
-    query = request.query_params
-    model_names = await _model_names(context)
-    try:
-        filters = Filters(
-            model=query.get("model") or None,
-            framework=one_of(query, "framework", FRAMEWORKS),
-            hardware=one_of(query, "hardware", HARDWARE),
-            status=one_of(query, "status", EVALUATION_STATUSES),
-            since=day(query, "since"),
-            until=day(query, "until"),
+    store = context_of(request).store
+
+    async def listed(filters: Filters, limit: int, offset: int) -> list[EvaluationView]:
+        return await store.list_evaluations(
+            limit=limit,
+            offset=offset,
+            status=filters.status,
+            model=filters.model,
+            framework=filters.framework,
+            hardware=filters.hardware,
+            since=midnight(filters.since),
+            # "until" a day includes that day.
+            until=midnight(None if filters.until is None else filters.until + timedelta(days=1)),
         )
-        limit, offset = paging(query)
-    except BadQuery as exc:
-        return _bad_filters(request, "evaluations.html", str(exc), model_names)
-    views = await context.store.list_evaluations(
-        limit=limit + 1,
-        offset=offset,
-        status=filters.status,
-        model=filters.model,
-        framework=filters.framework,
-        hardware=filters.hardware,
-        since=midnight(filters.since),
-        # "until" a day includes that day.
-        until=midnight(None if filters.until is None else filters.until + timedelta(days=1)),
-    )
-    rows = []
-    for view in views[:limit]:
-        summary = view.result
-        rows.append({"view": view, "summary": summary, "headline": _headline(summary)})
-    return page(
-        request,
-        "evaluations.html",
-        title="Evaluations",
-        section="/evaluations",
-        rows=rows,
-        filters=filters,
-        page=pages(request, "/evaluations", limit, offset, len(views) > limit, len(rows)),
-        **_choices(model_names),
-    )
+
+    def row(view: EvaluationView) -> dict[str, Any]:
+        return {"view": view, "summary": view.result, "headline": _headline(view.result)}
+
+    return await _list_page(request, "evaluations", evaluation_filters, listed, row)
 
 
 @router.get("/experiments", response_class=HTMLResponse)
 async def experiments_page(request: Request) -> HTMLResponse:
-    context = context_of(request)
-    query = request.query_params
-    model_names = await _model_names(context)
-    try:
-        filters = Filters(
-            model=query.get("model") or None, status=one_of(query, "status", EXPERIMENT_STATUSES)
+    store = context_of(request).store
+
+    async def listed(filters: Filters, limit: int, offset: int) -> list[ExperimentView]:
+        return await store.list_experiments(
+            limit=limit, offset=offset, status=filters.status, model=filters.model
         )
-        limit, offset = paging(query)
-    except BadQuery as exc:
-        return _bad_filters(request, "experiments.html", str(exc), model_names)
-    views = await context.store.list_experiments(
-        limit=limit + 1, offset=offset, status=filters.status, model=filters.model
-    )
-    rows = [{"view": v, "comparison": v.comparison} for v in views[:limit]]
-    return page(
-        request,
-        "experiments.html",
-        title="Experiments",
-        section="/experiments",
-        rows=rows,
-        filters=filters,
-        page=pages(request, "/experiments", limit, offset, len(views) > limit, len(rows)),
-        **_choices(model_names),
-    )
+
+    def row(view: ExperimentView) -> dict[str, Any]:
+        return {"view": view, "comparison": view.comparison}
+
+    return await _list_page(request, "experiments", experiment_filters, listed, row)
 
 
 @router.get("/launch", response_class=HTMLResponse)
@@ -307,6 +262,61 @@ async def history_page(request: Request) -> HTMLResponse:
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+
+async def _document_page(
+    request: Request,
+    kind: str,
+    key: uuid.UUID,
+    read: Callable[[Source, uuid.UUID], Awaitable[D | None]],
+    info: Callable[[D], dict[str, Any]],
+) -> HTMLResponse:
+    """The page of one evaluation or experiment (``kind``), its charts drawn by the analyzer
+    where it can; 404 while the recorder has not stored it."""
+    notices: list[tuple[str, str]] = []
+    document = await read(_source(context_of(request), notices), key)
+    if document is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no {kind} {key} (yet)")
+    return page(
+        request,
+        f"{kind}.html",
+        title=document.title,
+        section=f"/{kind}s",
+        messages=notices,
+        charts_on_page=True,
+        doc=document,
+        info=info(document),
+    )
+
+
+async def _list_page(
+    request: Request,
+    kind: str,
+    filtered: Callable[[Mapping[str, str]], Filters],
+    listed: Callable[[Filters, int, int], Awaitable[Sequence[V]]],
+    row: Callable[[V], dict[str, Any]],
+) -> HTMLResponse:
+    """The list page of ``kind`` (evaluations, experiments): the views ``listed`` under the
+    ``filtered`` query, a page of them, each shown as its ``row``; 422 for a bad filter."""
+    query = request.query_params
+    model_names = await _model_names(context_of(request))
+    try:
+        filters = filtered(query)
+        limit, offset = paging(query)
+    except BadQuery as exc:
+        return _bad_filters(request, f"{kind}.html", str(exc), model_names)
+    views = await listed(filters, limit + 1, offset)  # one more: whether a next page exists
+    rows = [row(view) for view in views[:limit]]
+    return page(
+        request,
+        f"{kind}.html",
+        title=kind.capitalize(),
+        section=f"/{kind}",
+        rows=rows,
+        filters=filters,
+        page=pages(request, f"/{kind}", limit, offset, len(views) > limit, len(rows)),
+        **_choices(model_names),
+    )
 
 
 def _headline(summary: Any) -> Any:

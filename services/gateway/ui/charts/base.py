@@ -1,5 +1,5 @@
-"""What every chart shares: the Vega-Lite schema, size, fonts and palette, and one colour
-per framework on every chart."""
+"""What every chart shares: the Vega-Lite schema, size, fonts and palette, one colour per
+framework on every chart, and the axes of a latency CDF."""
 
 from __future__ import annotations
 
@@ -8,7 +8,17 @@ from typing import Any
 
 from shared.messages import FRAMEWORKS
 
-__all__ = ["HEIGHT", "PALETTE", "SCHEMA", "WIDTH", "Spec", "chart", "framework_colour"]
+__all__ = [
+    "HEIGHT",
+    "PALETTE",
+    "SCHEMA",
+    "WIDTH",
+    "Spec",
+    "cdf_axes",
+    "cdf_tooltip",
+    "chart",
+    "framework_colour",
+]
 
 Spec = dict[str, Any]
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
@@ -55,3 +65,33 @@ def chart(description: str, body: Spec, *, width: int = WIDTH, height: int = HEI
         "config": _CONFIG,
         **body,
     }
+
+
+def cdf_axes(latency_title: str, share_title: str) -> Spec:
+    """The ``x`` and ``y`` of a latency CDF (values with ``latency`` in ms and ``fraction``):
+    every CDF dlscope draws reads the same way, whatever its lines are."""
+    return {
+        "x": {
+            "field": "latency",
+            "type": "quantitative",
+            "title": latency_title,
+            # A tail a thousand times the median is common: on a linear axis it would
+            # flatten the body of the distribution into one vertical line.
+            "scale": {"type": "log", "nice": False},
+        },
+        "y": {
+            "field": "fraction",
+            "type": "quantitative",
+            "title": share_title,
+            "axis": {"format": "%"},
+        },
+    }
+
+
+def cdf_tooltip(*first: Spec) -> list[Spec]:
+    """A CDF point's tooltip: ``first`` (what its line is), then its latency and share."""
+    return [
+        *first,
+        {"field": "latency", "title": "ms", "format": ".4g"},
+        {"field": "fraction", "title": "share", "format": ".2%"},
+    ]

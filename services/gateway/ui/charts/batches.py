@@ -55,43 +55,41 @@ def _batch_axis(points: Sequence[BatchPoint]) -> Spec:
 def batch_latency(points: Sequence[BatchPoint]) -> Spec:
     """Headline latency per batch size, with its 95% interval."""
     headline = points[0].headline if points else "p90"
-    values = [
-        {
-            "batch": p.batch_size,
-            "latency": p.headline_ms,
-            "low": p.headline_low_ms if p.headline_low_ms is not None else p.headline_ms,
-            "high": p.headline_high_ms if p.headline_high_ms is not None else p.headline_ms,
-        }
-        for p in points
-    ]
-    x = _batch_axis(points)
-    return chart(
-        f"{headline} latency per batch size with 95% intervals",
-        {
-            "title": f"{headline} latency per batch size",
-            **_interval_layers(
-                values, x, "latency", "low", "high", f"{headline} latency (ms)", PALETTE[0]
-            ),
-        },
+    measured = [(p.headline_ms, p.headline_low_ms, p.headline_high_ms) for p in points]
+    return _per_batch_size(
+        points, measured, "latency", f"{headline} latency", f"{headline} latency (ms)", PALETTE[0]
     )
 
 
 def batch_throughput(points: Sequence[BatchPoint]) -> Spec:
     """Samples per second per batch size, with its 95% interval."""
+    measured = [(p.throughput_per_s, p.throughput_low, p.throughput_high) for p in points]
+    return _per_batch_size(points, measured, "throughput", "Throughput", "samples/s", PALETTE[2])
+
+
+def _per_batch_size(
+    points: Sequence[BatchPoint],
+    measured: Sequence[tuple[float, float | None, float | None]],
+    field: str,
+    what: str,
+    y_title: str,
+    colour: str,
+) -> Spec:
+    """``what`` per batch size: each point's value (as ``field``) and its 95% interval,
+    ``measured`` in the order of ``points``; a value without an interval spans only itself."""
     values = [
         {
             "batch": p.batch_size,
-            "throughput": p.throughput_per_s,
-            "low": p.throughput_low if p.throughput_low is not None else p.throughput_per_s,
-            "high": p.throughput_high if p.throughput_high is not None else p.throughput_per_s,
+            field: value,
+            "low": low if low is not None else value,
+            "high": high if high is not None else value,
         }
-        for p in points
+        for p, (value, low, high) in zip(points, measured, strict=True)
     ]
-    x = _batch_axis(points)
     return chart(
-        "Throughput per batch size with 95% intervals",
+        f"{what} per batch size with 95% intervals",
         {
-            "title": "Throughput per batch size",
-            **_interval_layers(values, x, "throughput", "low", "high", "samples/s", PALETTE[2]),
+            "title": f"{what} per batch size",
+            **_interval_layers(values, _batch_axis(points), field, "low", "high", y_title, colour),
         },
     )

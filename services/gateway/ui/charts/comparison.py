@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.gateway.ui.charts.base import Spec, chart, framework_colour
+from services.gateway.ui.charts.base import Spec, cdf_axes, cdf_tooltip, chart, framework_colour
 from shared.messages import EvaluationFigures
 
 __all__ = ["framework_bars", "framework_cdf", "parity_heatmap"]
@@ -77,25 +77,10 @@ def framework_cdf(figures: Sequence[tuple[str, str, EvaluationFigures]]) -> Spec
             "data": {"values": values},
             "mark": {"type": "line", "interpolate": "step-after"},
             "encoding": {
-                "x": {
-                    "field": "latency",
-                    "type": "quantitative",
-                    "title": "latency (ms, log scale)",
-                    "scale": {"type": "log", "nice": False},
-                },
-                "y": {
-                    "field": "fraction",
-                    "type": "quantitative",
-                    "title": "share of queries",
-                    "axis": {"format": "%"},
-                },
+                **cdf_axes("latency (ms, log scale)", "share of queries"),
                 "color": framework_colour(str(v["framework"]) for v in values),
                 "detail": {"field": "member", "type": "nominal"},
-                "tooltip": [
-                    {"field": "member"},
-                    {"field": "latency", "title": "ms", "format": ".4g"},
-                    {"field": "fraction", "title": "share", "format": ".2%"},
-                ],
+                "tooltip": cdf_tooltip({"field": "member"}),
             },
         },
     )

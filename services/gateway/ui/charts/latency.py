@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.gateway.ui.charts.base import PALETTE, Spec, chart
+from services.gateway.ui.charts.base import PALETTE, Spec, cdf_axes, cdf_tooltip, chart
 from shared.messages import LayerShare, PhaseFigures, WarmupFigure
 
 __all__ = ["cdf", "histogram", "layers", "series", "warmup"]
@@ -52,24 +52,8 @@ def cdf(phases: Sequence[PhaseFigures], *, title: str = "") -> Spec:
         for p in phase.cdf
     ]
     encoding: Spec = {
-        "x": {
-            "field": "latency",
-            "type": "quantitative",
-            "title": "latency (ms, log scale)",
-            # A tail a thousand times the median is common: on a linear axis it would
-            # flatten the body of the distribution into one vertical line.
-            "scale": {"type": "log", "nice": False},
-        },
-        "y": {
-            "field": "fraction",
-            "type": "quantitative",
-            "title": "share of queries at most this long",
-            "axis": {"format": "%"},
-        },
-        "tooltip": [
-            {"field": "latency", "title": "ms", "format": ".4g"},
-            {"field": "fraction", "title": "share", "format": ".2%"},
-        ],
+        **cdf_axes("latency (ms, log scale)", "share of queries at most this long"),
+        "tooltip": cdf_tooltip(),
     }
     if len(phases) > 1:  # a sweep: one line per batch size
         encoding["color"] = {"field": "batch", "type": "ordinal", "title": "batch size"}

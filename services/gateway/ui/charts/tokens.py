@@ -3,7 +3,7 @@ first requests' tokens over time."""
 
 from __future__ import annotations
 
-from services.gateway.ui.charts.base import PALETTE, Spec, chart
+from services.gateway.ui.charts.base import PALETTE, Spec, cdf_axes, cdf_tooltip, chart
 from shared.messages import TokenFigures
 
 __all__ = ["token_cdf", "token_timeline"]
@@ -33,29 +33,14 @@ def token_cdf(tokens: TokenFigures) -> Spec:
             "data": {"values": values},
             "mark": {"type": "line", "interpolate": "step-after"},
             "encoding": {
-                "x": {
-                    "field": "latency",
-                    "type": "quantitative",
-                    "title": "ms (log scale)",
-                    "scale": {"type": "log", "nice": False},
-                },
-                "y": {
-                    "field": "fraction",
-                    "type": "quantitative",
-                    "title": "share at most this long",
-                    "axis": {"format": "%"},
-                },
+                **cdf_axes("ms (log scale)", "share at most this long"),
                 "color": {
                     "field": "metric",
                     "type": "nominal",
                     "title": "metric",
                     "scale": {"domain": [m for m, _ in _METRICS], "range": list(PALETTE[:3])},
                 },
-                "tooltip": [
-                    {"field": "metric"},
-                    {"field": "latency", "title": "ms", "format": ".4g"},
-                    {"field": "fraction", "title": "share", "format": ".2%"},
-                ],
+                "tooltip": cdf_tooltip({"field": "metric"}),
             },
         },
     )
