@@ -44,7 +44,7 @@ from dlscope.cli.options import (
     EndpointOpt,
     EvaluationOptions,
     ModelArg,
-    use_endpoint,
+    run_settings,
 )
 from dlscope.cli.repeats import DEFAULT_MAX_SPREAD, run_arguments, run_repeated
 from dlscope.cli.spread import spread_options
@@ -88,7 +88,6 @@ def run(
     With --framework all (or a list), evaluate it on every framework installed here that
     has an export of it, one at a time on the shared device, and compare them.
     """
-    use_endpoint(endpoint)
     # The outcome is reported below; the services' own warnings are for --verbose.
     logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format=LOG_FORMAT)
     if repeat > 1:
@@ -101,7 +100,8 @@ def run(
         return
     from dlscope.cli.embedded_client import EmbeddedClient
 
-    _request(EmbeddedClient(), model, options, comparison, "dlscope run", json_path, wait=True)
+    client = EmbeddedClient(run_settings(endpoint))
+    _request(client, model, options, comparison, "dlscope run", json_path, wait=True)
 
 
 @spread_options

@@ -11,7 +11,6 @@ how they become the wire scenario, are ``dlscope.cli.scenario_options``.
 from __future__ import annotations
 
 import dataclasses
-import os
 import uuid
 from typing import Annotated, Any
 
@@ -52,6 +51,7 @@ from dlscope.cli.trace import (
     checked_trace_level,
     trace_fields,
 )
+from shared.config import Settings
 from shared.messages import (
     FRAMEWORKS,
     HARDWARE,
@@ -66,7 +66,7 @@ __all__ = [
     "EndpointOpt",
     "EvaluationOptions",
     "ModelArg",
-    "use_endpoint",
+    "run_settings",
 ]
 
 ModelArg = Annotated[str, typer.Argument(help="model name, e.g. squeezenet")]
@@ -258,8 +258,8 @@ class ComparisonOptions:
         )
 
 
-def use_endpoint(url: str | None) -> None:
-    """The server an embedded endpoint worker measures: its framework process reads it from
-    the environment it inherits (``DLSCOPE_ENDPOINT_URL``)."""
-    if url:
-        os.environ["DLSCOPE_ENDPOINT_URL"] = url
+def run_settings(endpoint: str | None) -> Settings:
+    """The settings an embedded run starts its services with: the environment's, and with
+    ``--endpoint`` the server an endpoint worker measures (which its worker tells its
+    framework process)."""
+    return Settings(endpoint_url=endpoint) if endpoint else Settings()

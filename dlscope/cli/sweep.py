@@ -20,7 +20,7 @@ from rich.table import Table
 
 from dlscope.cli.client import Client
 from dlscope.cli.gateway_options import Token, gateway_option
-from dlscope.cli.options import EndpointOpt, EvaluationOptions, ModelArg, use_endpoint
+from dlscope.cli.options import EndpointOpt, EvaluationOptions, ModelArg, run_settings
 from dlscope.cli.spread import spread_options
 from dlscope.cli.target import client_for
 from dlscope.cli.terminal import console, fail
@@ -114,8 +114,7 @@ def sweep(
     with --search, find the highest load that meets the TTFT and TPOT bounds."""
     options, kind = _checked(options, over, search, start_rate)
     asked = [] if search else _levels(levels, kind)
-    use_endpoint(endpoint)
-    client = client_for(gateway, token)
+    client = client_for(gateway, token, run_settings(endpoint))
     results: dict[float, dict[str, Any]] = {}
 
     def measure(level: float) -> GenerationSummary:

@@ -12,50 +12,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
-from services.gateway.context import GatewayContext, ask_analyzer, context_of
+from services.gateway.analysis import draw, history_of
+from services.gateway.context import GatewayContext, context_of
 from services.gateway.schemas import NotFound
 from services.gateway.ui.documents import Source
-from shared.errors import StoreUnavailable
 from shared.inputs import MAX_NAME
-from shared.messages import (
-    EvaluationFigures,
-    EvaluationHistory,
-    FiguresReply,
-    FiguresRequest,
-    Framework,
-    Hardware,
-    HistoryReply,
-    HistoryRequest,
-)
+from shared.messages import EvaluationFigures, EvaluationHistory, FiguresReply, Framework, Hardware
 
-__all__ = ["draw", "history_of", "router", "source"]
+__all__ = ["router", "source"]
 
 router = APIRouter(tags=["analysis"])
 Context = Annotated[GatewayContext, Depends(context_of)]
-
-
-async def draw(context: GatewayContext, evaluation_ids: list[uuid.UUID]) -> FiguresReply:
-    """The analyzer's figures of ``evaluation_ids``; a store it cannot read is a 503."""
-    reply = await ask_analyzer(
-        context, "figures", FiguresRequest(evaluation_ids=evaluation_ids), FiguresReply
-    )
-    if reply.error is not None:
-        raise StoreUnavailable(reply.error)
-    return reply
-
-
-async def history_of(
-    context: GatewayContext, model: str, framework: str, hardware: str, limit: int = 200
-) -> EvaluationHistory:
-    reply = await ask_analyzer(
-        context,
-        "history",
-        HistoryRequest(model=model, framework=framework, hardware=hardware, limit=limit),
-        HistoryReply,
-    )
-    if reply.error is not None or reply.history is None:
-        raise StoreUnavailable(reply.error or "the analyzer sent no history")
-    return reply.history
 
 
 def source(context: GatewayContext) -> Source:

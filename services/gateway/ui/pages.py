@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, HTTPException, Request, status
 from fastapi.responses import HTMLResponse
 
-from services.gateway.analysis_api import draw, history_of
+from services.gateway.analysis import draw, history_of
 from services.gateway.context import GatewayContext, context_of
 from services.gateway.ui import charts
 from services.gateway.ui.documents import EvaluationDocument, ExperimentDocument, Source
