@@ -39,7 +39,7 @@ from shared.eventstore.views import (
 from shared.messages import Envelope, EnvelopeFields, Payload, TypedEnvelope
 from shared.telemetry import trace_id_of
 
-__all__ = ["Entry", "EventStore", "entry"]
+__all__ = ["EventStore", "LogEntry", "log_entry"]
 
 # Writers take turns (sql.lock_writers), so a collision with another writer (same stream
 # version, same event id) should not happen; should one that bypasses the lock cause one, the
@@ -108,11 +108,14 @@ class EventStore:
         if len(payloads) != len(batch):
             raise ValueError(f"{len(batch)} envelopes but {len(payloads)} checked payloads")
         return await self.append_entries(
-            [entry(envelope, payload) for envelope, payload in zip(batch, payloads, strict=True)]
+            [
+                log_entry(envelope, payload)
+                for envelope, payload in zip(batch, payloads, strict=True)
+            ]
         )
 
-    async def append_entries(self, entries: Sequence[Entry]) -> list[bool]:
-        """``append``, of events already made ready for the log (``entry``): a writer that
+    async def append_entries(self, entries: Sequence[LogEntry]) -> list[bool]:
+        """``append``, of events already made ready for the log (``log_entry``): a writer that
         prepares each as it arrives keeps that work out of the transaction."""
         batch = list(entries)
         if not batch:
@@ -416,7 +419,7 @@ class EventStore:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class LogEntry:
     """One event made ready for the log, all but what its transaction gives it (its stream
     version, its position, the time it was recorded): its payload as stored (as its contract
     writes it back, where it was read, ``checked``) as JSON text, and its metadata."""
@@ -437,19 +440,21 @@ class Entry:
         return cast(dict[str, Any], orjson.loads(self.payload_json))
 
 
-def entry(envelope: Envelope | TypedEnvelope[Payload], checked: Payload | None = None) -> Entry:
+def log_entry(
+    envelope: Envelope | TypedEnvelope[Payload], checked: Payload | None = None
+) -> LogEntry:
     """``envelope`` ready for the log; ``checked``, its payload as its contract read it (a
     ``TypedEnvelope``'s payload is)."""
     if isinstance(envelope, TypedEnvelope):
         checked = envelope.payload
     if checked is None:
         assert isinstance(envelope, Envelope), "a TypedEnvelope's payload is checked"
-        return _entry(envelope, None, orjson.dumps(envelope.payload).decode())
+        return _log_entry(envelope, None, orjson.dumps(envelope.payload).decode())
     # Its contract writes it as JSON text at once, with no documents made on the way.
-    return _entry(envelope, checked, checked.__pydantic_serializer__.to_json(checked).decode())
+    return _log_entry(envelope, checked, checked.__pydantic_serializer__.to_json(checked).decode())
 
 
-def _entry(envelope: EnvelopeFields, checked: Payload | None, payload_json: str) -> Entry:
+def _log_entry(envelope: EnvelopeFields, checked: Payload | None, payload_json: str) -> LogEntry:
     # The ids as UUIDs: orjson writes them as their text, as it does for SQLite's column.
     metadata = {
         "trace_id": trace_id_of(envelope.traceparent, envelope.correlation_id),
@@ -459,7 +464,7 @@ def _entry(envelope: EnvelopeFields, checked: Payload | None, payload_json: str)
         "traceparent": envelope.traceparent,
         "tracestate": envelope.tracestate,
     }
-    return Entry(
+    return LogEntry(
         envelope=envelope,
         checked=checked,
         payload_json=payload_json,
@@ -469,7 +474,7 @@ def _entry(envelope: EnvelopeFields, checked: Payload | None, payload_json: str)
     )
 
 
-async def _append(connection: AsyncConnection, batch: Sequence[Entry]) -> list[bool]:
+async def _append(connection: AsyncConnection, batch: Sequence[LogEntry]) -> list[bool]:
     # Round trips per batch, not per event: which ids exist, the streams' heads, one insert.
     dialect = connection.dialect.name
     ids = {item.envelope.event_id for item in batch}
@@ -479,7 +484,7 @@ async def _append(connection: AsyncConnection, batch: Sequence[Entry]) -> list[b
         )
     )
     stored_flags: list[bool] = []
-    fresh: list[Entry] = []
+    fresh: list[LogEntry] = []
     for item in batch:
         is_new = item.envelope.event_id not in existing
         stored_flags.append(is_new)
@@ -515,7 +520,7 @@ async def _append(connection: AsyncConnection, batch: Sequence[Entry]) -> list[b
     return stored_flags
 
 
-def _stored(item: Entry, version: int, position: int, recorded_at: datetime) -> StoredEvent:
+def _stored(item: LogEntry, version: int, position: int, recorded_at: datetime) -> StoredEvent:
     """The event as ``StoredEvent.from_row`` reads its row back, from what wrote the row."""
     envelope = item.envelope
     return StoredEvent(
@@ -567,7 +572,10 @@ _UNNEST_INSERT = text(
 
 
 async def _insert_events(
-    connection: AsyncConnection, fresh: Sequence[Entry], versions: list[int], recorded_at: datetime
+    connection: AsyncConnection,
+    fresh: Sequence[LogEntry],
+    versions: list[int],
+    recorded_at: datetime,
 ) -> list[int]:
     """Insert ``fresh`` into the log at ``versions``; their positions, in their order."""
     postgresql = connection.dialect.name == "postgresql"

@@ -421,17 +421,22 @@ class AmqpBroker:
             try:
                 delivery = _delivery(message)
                 try:
-                    verdict = await consumer(delivery)
-                except Exception as exc:  # a consumer must return a verdict; a crash is transient
+                    settlement = await consumer(delivery)
+                except Exception as exc:  # a consumer returns its settlement; a crash is transient
                     log.exception(
                         "consumer of %r failed; retrying the message", subscription.queue.name
                     )
-                    verdict = Settlement(Outcome.RETRY, f"{type(exc).__name__}: {exc}")
+                    settlement = Settlement(Outcome.RETRY, f"{type(exc).__name__}: {exc}")
                 if task is not None:
                     subscription.handlers.discard(task)
                     subscription.settling.add(task)
                 await self._settle(
-                    subscription.queue.name, message, acks, delivery, verdict, dead_letter_exchange
+                    subscription.queue.name,
+                    message,
+                    acks,
+                    delivery,
+                    settlement,
+                    dead_letter_exchange,
                 )
             except (*_BROKER_ERRORS, BrokerUnavailable, ConfigurationError) as exc:
                 log.warning(
@@ -456,24 +461,24 @@ class AmqpBroker:
         message: AbstractIncomingMessage,
         acks: Acknowledgements,
         delivery: Delivery,
-        verdict: Settlement,
+        settlement: Settlement,
         dead_letter_exchange: str,
     ) -> None:
         # The copy is confirmed before the original is acked: a crash in between duplicates
         # the message rather than losing it.
-        if verdict.outcome is Outcome.REQUEUE:
+        if settlement.outcome is Outcome.REQUEUE:
             # Back to its place in the queue, flagged redelivered, its attempt unchanged.
             await message.nack(requeue=True)
             acks.settled(message)
             return
         headers: HeadersType = dict(message.headers)
-        if verdict.outcome is Outcome.RETRY:
+        if settlement.outcome is Outcome.RETRY:
             headers[ATTEMPT_HEADER] = str(delivery.attempt + 1)
             headers[ORIGIN_EXCHANGE_HEADER] = delivery.exchange
             headers[ORIGIN_ROUTING_KEY_HEADER] = delivery.routing_key
             await self._send("", queue, _message(message, headers))
-        elif verdict.outcome is Outcome.DEAD_LETTER and dead_letter_exchange:
-            headers[REASON_HEADER] = verdict.reason
+        elif settlement.outcome is Outcome.DEAD_LETTER and dead_letter_exchange:
+            headers[REASON_HEADER] = settlement.reason
             headers[DEAD_LETTERED_FROM_HEADER] = queue
             await self._send(dead_letter_exchange, delivery.routing_key, _message(message, headers))
         # With the others settled in this turn of the loop, in one frame where it can.

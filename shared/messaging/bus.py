@@ -50,7 +50,7 @@ from shared.messaging.broker import (
     Subscription,
 )
 from shared.messaging.pause import Backoff, Pause
-from shared.messaging.policy import verdict_for
+from shared.messaging.policy import settlement_for
 from shared.messaging.routes import Routes
 from shared.telemetry import Telemetry, inject, parent_context
 
@@ -412,19 +412,21 @@ class Bus:
                 log.warning(
                     "dead-lettering an invalid message on %r: %s", delivery.routing_key, exc
                 )
-                return verdict_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
+                return settlement_for(
+                    exc, attempt=delivery.attempt, max_attempts=self._max_attempts
+                )
             # The good events first, with no wait before them, so they reach the handler in
             # delivery order (the recorder appends each stream in that order); the refused
             # ones after, and only once the batch is done with (a batch tried again refuses
             # them again).
-            verdict = (
+            settlement = (
                 await self._in_turn(
                     pause, lambda: self._handle_together(delivery, events, handler), delivery
                 )
                 if events
                 else Settlement(Outcome.ACK)
             )
-            if verdict.outcome is Outcome.ACK:
+            if settlement.outcome is Outcome.ACK:
                 for body, envelope, part in refused:
                     log.warning("%s: dead-lettering %s", self.service, part.reason)
                     await self._settle_part(delivery, queue, body, envelope, part)
@@ -432,12 +434,12 @@ class Bus:
                 log.warning(
                     "%s: %s %d event(s) on %r: %s",
                     self.service,
-                    verdict.outcome.value,
+                    settlement.outcome.value,
                     len(events),
                     delivery.routing_key,
-                    verdict.reason,
+                    settlement.reason,
                 )
-            return verdict
+            return settlement
 
         return await self._consume(queue, bindings, consume, prefetch=prefetch)
 
@@ -536,35 +538,35 @@ class Bus:
             envelope = _decode(delivery.body, max_bytes)
         except InvalidMessage as exc:
             log.warning("dead-lettering an invalid message on %r: %s", delivery.routing_key, exc)
-            return verdict_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
-        verdict = await self._in_turn(
+            return settlement_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
+        settlement = await self._in_turn(
             pause, lambda: self._handle(delivery, envelope, handler), delivery
         )
-        if verdict.outcome is not Outcome.REQUEUE:
-            await self._not_handled(envelope, verdict, delivery, on_dead_letter)
-        return verdict
+        if settlement.outcome is not Outcome.REQUEUE:
+            await self._not_handled(envelope, settlement, delivery, on_dead_letter)
+        return settlement
 
     async def _not_handled(
         self,
         envelope: Envelope,
-        verdict: Settlement,
+        settlement: Settlement,
         delivery: Delivery,
         on_dead_letter: DeadLetterHook | None,
     ) -> None:
         """Tell the dead-letter hook and the log of an event that was not acknowledged."""
-        if verdict.outcome is Outcome.DEAD_LETTER and on_dead_letter is not None:
+        if settlement.outcome is Outcome.DEAD_LETTER and on_dead_letter is not None:
             try:
-                await on_dead_letter(envelope, verdict.reason)
+                await on_dead_letter(envelope, settlement.reason)
             except Exception as exc:  # the dead-letter queue still keeps the message
                 log.warning("%s: recording a dead letter failed: %s", self.service, exc)
-        if verdict.outcome is not Outcome.ACK:
+        if settlement.outcome is not Outcome.ACK:
             log.warning(
                 "%s: %s %s on %r: %s",
                 self.service,
-                verdict.outcome.value,
+                settlement.outcome.value,
                 envelope.type,
                 delivery.routing_key,
-                verdict.reason,
+                settlement.reason,
             )
 
     async def _in_turn(
@@ -578,13 +580,13 @@ class Bus:
             if pause.blocking and not await pause.hold(ticket, timeout=pause.max_hold):
                 return Settlement(Outcome.REQUEUE, f"held {pause.max_hold:g} s: {pause.reason}")
             while True:
-                verdict = await attempt()
-                if verdict.outcome is not Outcome.REQUEUE:
+                settlement = await attempt()
+                if settlement.outcome is not Outcome.REQUEUE:
                     pause.succeeded()
-                    return verdict
+                    return settlement
                 # A dependency is unavailable: keep the message, unsettled, and try it again
                 # when the pause lets it, with nothing after it overtaking it.
-                pause.failed(verdict.reason)
+                pause.failed(settlement.reason)
                 pause.finished(ticket)
                 if not await pause.hold(ticket, timeout=pause.max_hold):
                     log.warning(
@@ -593,7 +595,7 @@ class Bus:
                         delivery.routing_key,
                         pause.max_hold,
                     )
-                    return verdict
+                    return settlement
         finally:
             pause.finished(ticket)
 
@@ -616,22 +618,22 @@ class Bus:
             items = _decode_all(delivery.body, max_bytes)
         except InvalidMessage as exc:
             log.warning("dead-lettering an invalid batch on %r: %s", delivery.routing_key, exc)
-            return verdict_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
+            return settlement_for(exc, attempt=delivery.attempt, max_attempts=self._max_attempts)
         for item in items:
             if isinstance(item, Unreadable):
-                verdict = verdict_for(item.error, attempt=delivery.attempt, max_attempts=1)
-                await self._settle_part(delivery, queue, item.body, None, verdict)
+                settlement = settlement_for(item.error, attempt=delivery.attempt, max_attempts=1)
+                await self._settle_part(delivery, queue, item.body, None, settlement)
                 continue
             envelope = item
-            verdict = await self._in_turn(
+            settlement = await self._in_turn(
                 pause, functools.partial(self._handle, delivery, envelope, handler), delivery
             )
-            if verdict.outcome is Outcome.REQUEUE:
-                return verdict
-            if verdict.outcome is Outcome.ACK:
+            if settlement.outcome is Outcome.REQUEUE:
+                return settlement
+            if settlement.outcome is Outcome.ACK:
                 continue
-            await self._not_handled(envelope, verdict, delivery, on_dead_letter)
-            await self._settle_part(delivery, queue, encode(envelope), envelope, verdict)
+            await self._not_handled(envelope, settlement, delivery, on_dead_letter)
+            await self._settle_part(delivery, queue, encode(envelope), envelope, settlement)
         return Settlement(Outcome.ACK)
 
     async def _settle_part(
@@ -640,7 +642,7 @@ class Bus:
         queue: str,
         body: bytes,
         envelope: Envelope | None,
-        verdict: Settlement,
+        settlement: Settlement,
     ) -> None:
         """Send one event of a batch on alone, as the adapter would a whole message: to the
         queue's tail as its next attempt (RETRY), or to the dead-letter exchange with the
@@ -651,13 +653,13 @@ class Bus:
             headers[STREAM_HEADER] = envelope.stream_id
         message_id = str(envelope.event_id) if envelope is not None else str(uuid.uuid4())
         correlation_id = str(envelope.correlation_id) if envelope is not None else None
-        if verdict.outcome is Outcome.RETRY and queue:
+        if settlement.outcome is Outcome.RETRY and queue:
             headers[ATTEMPT_HEADER] = str(delivery.attempt + 1)
             headers[ORIGIN_EXCHANGE_HEADER] = delivery.exchange
             headers[ORIGIN_ROUTING_KEY_HEADER] = delivery.routing_key
             target, key = "", queue
         else:  # dead letters; and a retry on a queue without a name to come back to
-            headers[REASON_HEADER] = verdict.reason
+            headers[REASON_HEADER] = settlement.reason
             headers[DEAD_LETTERED_FROM_HEADER] = queue
             target, key = self.topology.dlx, delivery.routing_key
         await self.broker.publish(
@@ -694,7 +696,7 @@ class Bus:
         count: int,
         call: Callable[[], Awaitable[None]],
     ) -> Settlement:
-        """``call`` in a CONSUMER span continuing ``envelope``'s trace; its verdict."""
+        """``call`` in a CONSUMER span continuing ``envelope``'s trace; its settlement."""
         context = parent_context(
             delivery.headers,
             traceparent=envelope.traceparent,
@@ -722,7 +724,7 @@ class Bus:
                 error = exc
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
-            return verdict_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
+            return settlement_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
 
 
 def _check_size(body: bytes, max_bytes: int) -> None:
@@ -748,8 +750,8 @@ def _read_each(
     delivery: Delivery,
 ) -> tuple[list[TypedEnvelope[Payload]], list[tuple[bytes, Envelope | None, Settlement]]]:
     """A delivery's events read one by one: those that read, and for each that does not its
-    JSON, its envelope where that much reads, and its verdict. A single event that does not
-    read is an ``InvalidMessage``, as is a batch that is not one."""
+    JSON, its envelope where that much reads, and its settlement. A single event that does
+    not read is an ``InvalidMessage``, as is a batch that is not one."""
     batched = is_batch(delivery.body)
     items = decode_batch(delivery.body) if batched else [decode(delivery.body)]
     events: list[TypedEnvelope[Payload]] = []
@@ -764,8 +766,8 @@ def _read_each(
                 raise
             envelope = None if isinstance(item, Unreadable) else item
             body = item.body if isinstance(item, Unreadable) else encode(item)
-            verdict = verdict_for(exc, attempt=delivery.attempt, max_attempts=1)
-            refused.append((body, envelope, verdict))
+            settlement = settlement_for(exc, attempt=delivery.attempt, max_attempts=1)
+            refused.append((body, envelope, settlement))
     return events, refused
 
 

@@ -279,17 +279,17 @@ class MemoryBroker:
     ) -> None:
         settled = False
         try:
-            verdict = await consumer(delivery)
-            if verdict.outcome is Outcome.REQUEUE:
+            settlement = await consumer(delivery)
+            if settlement.outcome is Outcome.REQUEUE:
                 async with queue.ready:
                     self._put_back(queue, position, delivery)
                     queue.ready.notify()
             else:
-                await self._settle(queue, delivery, verdict)
+                await self._settle(queue, delivery, settlement)
             settled = True
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a consumer must return a verdict; treat a crash as transient
+        except Exception as exc:  # a consumer returns its settlement; a crash is transient
             await self._settle(queue, delivery, Settlement(Outcome.RETRY, repr(exc)))
             settled = True
         finally:
@@ -300,17 +300,17 @@ class MemoryBroker:
             if self._quiet():
                 self._idle.set()
 
-    async def _settle(self, queue: _Queue, delivery: Delivery, verdict: Settlement) -> None:
-        if verdict.outcome is Outcome.RETRY:
+    async def _settle(self, queue: _Queue, delivery: Delivery, settlement: Settlement) -> None:
+        if settlement.outcome is Outcome.RETRY:
             headers = {**delivery.headers, ATTEMPT_HEADER: str(delivery.attempt + 1)}
             await self._enqueue(
                 queue,
                 replace(delivery, headers=headers, attempt=delivery.attempt + 1, redelivered=False),
             )
-        elif verdict.outcome is Outcome.DEAD_LETTER and queue.dead_letter_exchange:
+        elif settlement.outcome is Outcome.DEAD_LETTER and queue.dead_letter_exchange:
             headers = {
                 **delivery.headers,
-                REASON_HEADER: verdict.reason,
+                REASON_HEADER: settlement.reason,
                 DEAD_LETTERED_FROM_HEADER: queue.name,
             }
             await self.publish(

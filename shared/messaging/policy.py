@@ -15,10 +15,10 @@ from __future__ import annotations
 from shared.errors import InvalidMessage, TransientError
 from shared.messaging.broker import Outcome, Settlement
 
-__all__ = ["verdict_for"]
+__all__ = ["settlement_for"]
 
 
-def verdict_for(error: BaseException | None, *, attempt: int, max_attempts: int) -> Settlement:
+def settlement_for(error: BaseException | None, *, attempt: int, max_attempts: int) -> Settlement:
     if error is None:
         return Settlement(Outcome.ACK)
     reason = f"{type(error).__name__}: {error}"
