@@ -16,14 +16,14 @@ from dataclasses import dataclass, field, replace
 from shared.errors import ConfigurationError
 from shared.messaging.broker import (
     ATTEMPT_HEADER,
-    DEAD_LETTERED_FROM_HEADER,
-    REASON_HEADER,
     Binding,
     Consumer,
     Delivery,
     Outcome,
     OutgoingMessage,
     Settlement,
+    dead_letter_headers,
+    undeclared_exchange,
 )
 from shared.messaging.topics import topic_matches
 
@@ -105,7 +105,7 @@ class MemoryBroker:
     ) -> None:
         self._require_connection()
         if source not in self._exchanges:
-            raise ConfigurationError(f"exchange {source!r} has not been declared")
+            raise undeclared_exchange(source)
         self._exchanges.setdefault(exchange, [])
         self._hash_headers[exchange] = hash_header
         bindings = self._exchange_bindings.setdefault(source, [])
@@ -121,7 +121,7 @@ class MemoryBroker:
         self._require_connection()
         for binding in bindings:
             if binding.exchange not in self._exchanges:
-                raise ConfigurationError(f"exchange {binding.exchange!r} has not been declared")
+                raise undeclared_exchange(binding.exchange)
         self._declare_queue(queue, durable=True, dead_letter_exchange=dead_letter_exchange)
         for binding in bindings:
             self._bind(queue, binding)
@@ -143,7 +143,7 @@ class MemoryBroker:
             targets = [queue] if queue else []
         else:
             if exchange not in self._exchanges:
-                raise ConfigurationError(f"exchange {exchange!r} has not been declared")
+                raise undeclared_exchange(exchange)
             names = self._route(exchange, routing_key, message.headers)
             targets = [self._queues[n] for n in sorted(names) if n in self._queues]
         for queue in targets:
@@ -165,7 +165,7 @@ class MemoryBroker:
         )
         for binding in bindings:
             if binding.exchange not in self._exchanges:
-                raise ConfigurationError(f"exchange {binding.exchange!r} has not been declared")
+                raise undeclared_exchange(binding.exchange)
             self._bind(queue, binding)
         task = asyncio.create_task(
             self._consume(declared, consumer, prefetch), name=f"consume {queue}"
@@ -308,11 +308,7 @@ class MemoryBroker:
                 replace(delivery, headers=headers, attempt=delivery.attempt + 1, redelivered=False),
             )
         elif settlement.outcome is Outcome.DEAD_LETTER and queue.dead_letter_exchange:
-            headers = {
-                **delivery.headers,
-                REASON_HEADER: settlement.reason,
-                DEAD_LETTERED_FROM_HEADER: queue.name,
-            }
+            headers = {**delivery.headers, **dead_letter_headers(settlement.reason, queue.name)}
             await self.publish(
                 queue.dead_letter_exchange,
                 delivery.routing_key,

@@ -15,17 +15,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from shared.errors import InvalidMessage
 from shared.messages import Envelope, decode
 from shared.messaging.broker import (
-    ATTEMPT_HEADER,
-    DEAD_LETTERED_FROM_HEADER,
-    ORIGIN_EXCHANGE_HEADER,
-    ORIGIN_ROUTING_KEY_HEADER,
-    REASON_HEADER,
     STREAM_HEADER,
     Broker,
     Delivery,
     Outcome,
     OutgoingMessage,
     Settlement,
+    dead_letter_headers,
+    retry_headers,
 )
 from shared.messaging.policy import settlement_for, settlement_for_interruption
 from shared.messaging.reading import Refused
@@ -131,13 +128,10 @@ class Settling:
         message_id = str(envelope.event_id) if envelope is not None else str(uuid.uuid4())
         correlation_id = str(envelope.correlation_id) if envelope is not None else None
         if settlement.outcome is Outcome.RETRY and queue:
-            headers[ATTEMPT_HEADER] = str(delivery.attempt + 1)
-            headers[ORIGIN_EXCHANGE_HEADER] = delivery.exchange
-            headers[ORIGIN_ROUTING_KEY_HEADER] = delivery.routing_key
+            headers.update(retry_headers(delivery))
             target, key = "", queue
         else:  # dead letters; and a retry on a queue without a name to come back to
-            headers[REASON_HEADER] = settlement.reason
-            headers[DEAD_LETTERED_FROM_HEADER] = queue
+            headers.update(dead_letter_headers(settlement.reason, queue))
             target, key = self._dead_letter_exchange, delivery.routing_key
         await self._broker.publish(
             target,
