@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shared.eventstore import Entry, entry
+from shared.eventstore import LogEntry, log_entry
 from shared.messages import Payload, TypedEnvelope
 
 __all__ = ["BatchWriter"]
@@ -29,12 +29,12 @@ __all__ = ["BatchWriter"]
 class Write(Protocol):
     """``EventStore.append_entries``: events ready for the log, stored flags back."""
 
-    def __call__(self, entries: Sequence[Entry]) -> Awaitable[list[bool]]: ...
+    def __call__(self, entries: Sequence[LogEntry]) -> Awaitable[list[bool]]: ...
 
 
 @dataclass(slots=True)
 class _Submission:
-    entries: list[Entry]
+    entries: list[LogEntry]
     stored: asyncio.Future[list[bool]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -59,7 +59,7 @@ class BatchWriter:
         stored."""
         # Each made ready for the log here, as it arrives: while a transaction waits on the
         # database, the loop prepares the next one's events instead of idling.
-        submission = _Submission([entry(event) for event in events])
+        submission = _Submission([log_entry(event) for event in events])
         self._pending.append(submission)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())

@@ -23,7 +23,14 @@ from shared.manifests import (
     parse_constraint,
 )
 
-__all__ = ["Catalog", "Entry", "UnknownArtifact", "VersionConflict", "digest_of", "files_of"]
+__all__ = [
+    "Catalog",
+    "RegisteredVersion",
+    "UnknownArtifact",
+    "VersionConflict",
+    "digest_of",
+    "files_of",
+]
 
 
 def digest_of(manifest: Manifest) -> str:
@@ -45,7 +52,10 @@ class VersionConflict(ModelNotFound):
 
 
 @dataclass(frozen=True)
-class Entry:
+class RegisteredVersion:
+    """One version of a manifest as the catalogue holds it: its content, the digest it was
+    registered with, and whether (and why) it has been deprecated since."""
+
     manifest: Manifest
     digest: str
     deprecated: bool = False
@@ -70,17 +80,17 @@ def files_of(manifest: Manifest) -> list[tuple[str, ModelSource]]:
 
 class Catalog:
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, str], dict[str, Entry]] = {}
+        self._versions: dict[tuple[str, str], dict[str, RegisteredVersion]] = {}
         # Every file pinned by a registered version, deprecated ones included (a job may pin
         # one exactly), by its sha256.
         self._files: dict[str, ModelSource] = {}
 
     def learn(self, manifest: Manifest, *, digest: str | None = None) -> None:
         """Take in a registration from the log; the first one of a version stands."""
-        versions = self._entries.setdefault((manifest.kind, manifest.name), {})
+        versions = self._versions.setdefault((manifest.kind, manifest.name), {})
         if manifest.version in versions:
             return
-        versions[manifest.version] = Entry(manifest, digest or digest_of(manifest))
+        versions[manifest.version] = RegisteredVersion(manifest, digest or digest_of(manifest))
         for _, source in files_of(manifest):
             self._files.setdefault(source.sha256, source)
 
@@ -89,16 +99,16 @@ class Catalog:
         return self._files.get(sha256)
 
     def learn_deprecation(self, kind: str, name: str, version: str, reason: str) -> None:
-        entry = self._entries.get((kind, name), {}).get(version)
-        if entry is not None and not entry.deprecated:
-            self._entries[kind, name][version] = replace(
-                entry, deprecated=True, deprecation_reason=reason
+        registered = self._versions.get((kind, name), {}).get(version)
+        if registered is not None and not registered.deprecated:
+            self._versions[kind, name][version] = replace(
+                registered, deprecated=True, deprecation_reason=reason
             )
 
     def check_registration(self, manifest: Manifest) -> bool:
         """True if registering ``manifest`` adds a version, False if that exact content is
         registered already; ``VersionConflict`` if the version exists with other content."""
-        existing = self._entries.get((manifest.kind, manifest.name), {}).get(manifest.version)
+        existing = self._versions.get((manifest.kind, manifest.name), {}).get(manifest.version)
         if existing is None:
             return True
         if existing.digest == digest_of(manifest):
@@ -108,16 +118,16 @@ class Catalog:
             "versions are immutable: register the change as a new version"
         )
 
-    def entry(self, kind: str, name: str, version: str) -> Entry:
+    def registered(self, kind: str, name: str, version: str) -> RegisteredVersion:
         try:
-            return self._entries[kind, name][version]
+            return self._versions[kind, name][version]
         except KeyError:
             raise ModelNotFound(f"{kind} {name}@{version} is not registered") from None
 
     def all(self, kind: str, *, include_deprecated: bool = False) -> list[Manifest]:
         return [
             e.manifest
-            for (k, name) in sorted(self._entries)
+            for (k, name) in sorted(self._versions)
             if k == kind
             for e in self._sorted(kind, name)
             if include_deprecated or not e.deprecated
@@ -126,27 +136,29 @@ class Catalog:
     def resolve(self, kind: str, name: str, constraint: str = "*") -> Manifest:
         """The highest version of ``name`` satisfying ``constraint``. Deprecated versions are
         chosen only when pinned exactly (``==1.2.0``, or ``===1.2.0`` as services pin one)."""
-        if (kind, name) not in self._entries:
-            known = ", ".join(sorted(n for k, n in self._entries if k == kind)) or "none"
+        if (kind, name) not in self._versions:
+            known = ", ".join(sorted(n for k, n in self._versions if k == kind)) or "none"
             raise UnknownArtifact(f"unknown {kind} {name!r}; registered {kind}s: {known}")
         try:
             parse_constraint(constraint)
         except ValueError as exc:
             raise ModelNotFound(str(exc)) from exc
-        entries = self._sorted(kind, name)
+        versions = self._sorted(kind, name)
         pinned = constraint.strip().removeprefix("===").removeprefix("==").strip()
-        for entry in reversed(entries):
-            if not matches(entry.manifest.version, constraint):
+        for registered in reversed(versions):
+            if not matches(registered.manifest.version, constraint):
                 continue
-            if entry.deprecated and entry.manifest.version != pinned:
+            if registered.deprecated and registered.manifest.version != pinned:
                 continue
-            return entry.manifest
+            return registered.manifest
         available = ", ".join(
-            e.manifest.version + (" (deprecated)" if e.deprecated else "") for e in entries
+            v.manifest.version + (" (deprecated)" if v.deprecated else "") for v in versions
         )
         raise ModelNotFound(
             f"no version of {kind} {name!r} satisfies {constraint!r}; available: {available}"
         )
 
-    def _sorted(self, kind: str, name: str) -> list[Entry]:
-        return sorted(self._entries[kind, name].values(), key=lambda e: Version(e.manifest.version))
+    def _sorted(self, kind: str, name: str) -> list[RegisteredVersion]:
+        return sorted(
+            self._versions[kind, name].values(), key=lambda e: Version(e.manifest.version)
+        )

@@ -231,10 +231,10 @@ class RegistryService:
     async def _deprecation(self, call: DeprecateArtifact) -> DeprecationResult:
         async with self._writing:
             try:
-                entry = self.catalog.entry(call.kind, call.name, call.version)
+                registered = self.catalog.registered(call.kind, call.name, call.version)
             except ModelNotFound as exc:
                 return DeprecationResult(error=str(exc))
-            if not entry.deprecated:
+            if not registered.deprecated:
                 await self._bus.publish(
                     Envelope.wrap(
                         ArtifactDeprecated(

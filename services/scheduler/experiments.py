@@ -4,7 +4,7 @@ A pure decision: the request, the models it lists as the registry resolved them,
 agents online now give either the plan (``experiment.scheduled``: one member per model and
 matching online agent) or the reason nothing can run (``experiment.failed``). Member ids are
 derived from ``seed`` (the request's event id), so planning a redelivered request again gives
-the same evaluations.
+the same evaluations; ``member_evaluations`` are the requests the plan's members run as.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from services.scheduler.agents import AgentEntry, no_worker_reason
 from shared.manifests import ModelManifest, matches
 from shared.messages import (
+    EvaluationRequested,
     ExperimentFailed,
     ExperimentGap,
     ExperimentMember,
@@ -23,7 +24,7 @@ from shared.messages import (
     ModelRef,
 )
 
-__all__ = ["Resolved", "plan_experiment"]
+__all__ = ["Resolved", "member_evaluations", "plan_experiment"]
 
 # A model as the registry resolved it, or the reason it could not.
 Resolved = tuple[ModelRef, ModelManifest | str]
@@ -102,6 +103,32 @@ def plan_experiment(
         tolerance=request.tolerance,
         deadline_s=deadline_s,
     )
+
+
+def member_evaluations(
+    request: ExperimentRequested, plan: ExperimentScheduled
+) -> list[EvaluationRequested]:
+    """The evaluation requests of ``plan``'s members, each pinned to its agent and to the
+    model version it was planned with."""
+    return [
+        EvaluationRequested(
+            evaluation_id=member.evaluation_id,
+            model=member.model,
+            model_version=f"=={member.model_version}",  # the version planned with
+            framework=member.framework,
+            framework_version=request.framework_version,
+            hardware=request.hardware,
+            agent_id=member.agent_id,
+            scenario=request.scenario,
+            dataset=request.dataset,
+            dataset_version=request.dataset_version,
+            split=request.split,
+            requested_by=f"experiment {request.experiment_id}",
+            experiment_id=request.experiment_id,
+            concurrent=request.concurrent,
+        )
+        for member in plan.members
+    ]
 
 
 def _can_run(

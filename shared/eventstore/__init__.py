@@ -7,8 +7,9 @@ answer from the log (``stream_events``, ``read_streams``, ``read_all``) or its p
 ``get_experiment``, ``list_experiments``).
 """
 
+from shared.eventstore.entries import LogEntry, log_entry
 from shared.eventstore.migrate import current_revision, head_revision, upgrade
-from shared.eventstore.store import Entry, EventStore, entry
+from shared.eventstore.store import EventStore
 from shared.eventstore.views import (
     AGENT_STATUSES,
     EVALUATION_STATUSES,
@@ -30,15 +31,15 @@ __all__ = [
     "AgentStatus",
     "AgentView",
     "ArtifactView",
-    "Entry",
     "EvaluationStatus",
     "EvaluationView",
     "EventStore",
     "ExperimentStatus",
     "ExperimentView",
+    "LogEntry",
     "StoredEvent",
     "current_revision",
-    "entry",
     "head_revision",
+    "log_entry",
     "upgrade",
 ]

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from shared.config import REPOSITORY_ROOT
 from shared.errors import StoreUnavailable
 from shared.eventstore.engine import WRITE, create_engine, describe
-from shared.eventstore.store import is_unavailable
+from shared.eventstore.failures import is_unavailable
 
 __all__ = ["MIGRATIONS_DIR", "current_revision", "head_revision", "upgrade"]
 

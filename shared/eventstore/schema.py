@@ -90,23 +90,34 @@ def _document() -> TypeEngine[Any]:
 # SQLite only autoincrements an INTEGER PRIMARY KEY (an alias of the rowid), not a BIGINT.
 _Position = BigInteger().with_variant(Integer(), "sqlite")
 
+
+def _stored_event() -> list[Column[Any]]:
+    """The columns of an event as the log stores it, after its position: the log's and the
+    quarantine's (an event moved there keeps every one of them). New columns each call: a
+    column belongs to one table."""
+    return [
+        Column("stream_id", Text, nullable=False),
+        Column("version", Integer, nullable=False),
+        Column("event_id", Uuid, nullable=False),
+        Column("type", Text, nullable=False),
+        Column("schema_version", Integer, nullable=False),
+        Column("payload", _document(), nullable=False),
+        # trace_id, correlation_id, causation_id, producer, traceparent, tracestate.
+        Column("metadata", _document(), nullable=False),
+        # Also a column (besides in ``metadata``) so one evaluation's messages can be found
+        # by index.
+        Column("correlation_id", Uuid, nullable=False),
+        Column("occurred_at", UtcDateTime, nullable=False),
+        Column("recorded_at", UtcDateTime, nullable=False),
+    ]
+
+
 events = Table(
     "events",
     metadata,
     # The global order of the log; AUTOINCREMENT on SQLite so a position is never reused.
     Column("position", _Position, primary_key=True, autoincrement=True),
-    Column("stream_id", Text, nullable=False),
-    Column("version", Integer, nullable=False),
-    Column("event_id", Uuid, nullable=False),
-    Column("type", Text, nullable=False),
-    Column("schema_version", Integer, nullable=False),
-    Column("payload", _document(), nullable=False),
-    # trace_id, correlation_id, causation_id, producer, traceparent, tracestate.
-    Column("metadata", _document(), nullable=False),
-    # Also a column (besides in ``metadata``) so one evaluation's messages can be found by index.
-    Column("correlation_id", Uuid, nullable=False),
-    Column("occurred_at", UtcDateTime, nullable=False),
-    Column("recorded_at", UtcDateTime, nullable=False),
+    *_stored_event(),
     # A redelivered message carries the same event_id: the unique key makes it a no-op.
     UniqueConstraint("event_id"),
     # Two writers that both think they append version n of a stream cannot both succeed.
@@ -209,16 +220,7 @@ quarantined_events = Table(
     metadata,
     # The position the event had in the log: kept so its place in the order is not lost.
     Column("position", BigInteger, primary_key=True, autoincrement=False),
-    Column("stream_id", Text, nullable=False),
-    Column("version", Integer, nullable=False),
-    Column("event_id", Uuid, nullable=False),
-    Column("type", Text, nullable=False),
-    Column("schema_version", Integer, nullable=False),
-    Column("payload", _document(), nullable=False),
-    Column("metadata", _document(), nullable=False),
-    Column("correlation_id", Uuid, nullable=False),
-    Column("occurred_at", UtcDateTime, nullable=False),
-    Column("recorded_at", UtcDateTime, nullable=False),
+    *_stored_event(),
     Column("reason", Text, nullable=False),
     Column("quarantined_at", UtcDateTime, nullable=False),
     UniqueConstraint("event_id"),

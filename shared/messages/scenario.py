@@ -224,15 +224,6 @@ class Scenario(BaseModel):
             f"only; {self.name} stops at its minimums"
         )
 
-    @property
-    def queries_per_batch(self) -> int:
-        """Samples in the first query the scenario issues (what a warm-up query takes)."""
-        if self.name == "multi-stream":
-            return self.samples_per_query
-        if self.name == "batch-sweep":
-            return self.batch_sizes[0]
-        return 1 if self.name == "server" else self.batch_size
-
     def measurement(self) -> plans.ScenarioPlan:
         """The typed scenario the drivers run."""
         warmup = (

@@ -33,6 +33,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from shared.errors import ConfigurationError
+
 __all__ = [
     "ATTEMPT_HEADER",
     "DEAD_LETTERED_FROM_HEADER",
@@ -46,6 +48,9 @@ __all__ = [
     "OutgoingMessage",
     "Settlement",
     "Subscription",
+    "dead_letter_headers",
+    "retry_headers",
+    "undeclared_exchange",
 ]
 
 ATTEMPT_HEADER = "x-dlscope-attempt"
@@ -103,6 +108,27 @@ class Delivery:
     # Delivered before to a consumer that went away without settling it (it died, or its
     # connection dropped): RabbitMQ's redelivered flag.
     redelivered: bool = False
+
+
+def retry_headers(delivery: Delivery) -> dict[str, str]:
+    """What a retried copy of ``delivery`` carries beyond its own headers: its next attempt,
+    and where it was first published (the copy comes back through the default exchange)."""
+    return {
+        ATTEMPT_HEADER: str(delivery.attempt + 1),
+        ORIGIN_EXCHANGE_HEADER: delivery.exchange,
+        ORIGIN_ROUTING_KEY_HEADER: delivery.routing_key,
+    }
+
+
+def dead_letter_headers(reason: str, queue: str) -> dict[str, str]:
+    """What a dead letter carries beyond its own headers: why, and the queue whose consumer
+    dead-lettered it."""
+    return {REASON_HEADER: reason, DEAD_LETTERED_FROM_HEADER: queue}
+
+
+def undeclared_exchange(name: str) -> ConfigurationError:
+    """What every adapter raises for a message or binding on an exchange nobody declared."""
+    return ConfigurationError(f"exchange {name!r} has not been declared")
 
 
 @dataclass(frozen=True)

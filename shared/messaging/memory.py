@@ -16,14 +16,14 @@ from dataclasses import dataclass, field, replace
 from shared.errors import ConfigurationError
 from shared.messaging.broker import (
     ATTEMPT_HEADER,
-    DEAD_LETTERED_FROM_HEADER,
-    REASON_HEADER,
     Binding,
     Consumer,
     Delivery,
     Outcome,
     OutgoingMessage,
     Settlement,
+    dead_letter_headers,
+    undeclared_exchange,
 )
 from shared.messaging.topics import topic_matches
 
@@ -105,7 +105,7 @@ class MemoryBroker:
     ) -> None:
         self._require_connection()
         if source not in self._exchanges:
-            raise ConfigurationError(f"exchange {source!r} has not been declared")
+            raise undeclared_exchange(source)
         self._exchanges.setdefault(exchange, [])
         self._hash_headers[exchange] = hash_header
         bindings = self._exchange_bindings.setdefault(source, [])
@@ -121,7 +121,7 @@ class MemoryBroker:
         self._require_connection()
         for binding in bindings:
             if binding.exchange not in self._exchanges:
-                raise ConfigurationError(f"exchange {binding.exchange!r} has not been declared")
+                raise undeclared_exchange(binding.exchange)
         self._declare_queue(queue, durable=True, dead_letter_exchange=dead_letter_exchange)
         for binding in bindings:
             self._bind(queue, binding)
@@ -143,7 +143,7 @@ class MemoryBroker:
             targets = [queue] if queue else []
         else:
             if exchange not in self._exchanges:
-                raise ConfigurationError(f"exchange {exchange!r} has not been declared")
+                raise undeclared_exchange(exchange)
             names = self._route(exchange, routing_key, message.headers)
             targets = [self._queues[n] for n in sorted(names) if n in self._queues]
         for queue in targets:
@@ -165,7 +165,7 @@ class MemoryBroker:
         )
         for binding in bindings:
             if binding.exchange not in self._exchanges:
-                raise ConfigurationError(f"exchange {binding.exchange!r} has not been declared")
+                raise undeclared_exchange(binding.exchange)
             self._bind(queue, binding)
         task = asyncio.create_task(
             self._consume(declared, consumer, prefetch), name=f"consume {queue}"
@@ -279,17 +279,17 @@ class MemoryBroker:
     ) -> None:
         settled = False
         try:
-            verdict = await consumer(delivery)
-            if verdict.outcome is Outcome.REQUEUE:
+            settlement = await consumer(delivery)
+            if settlement.outcome is Outcome.REQUEUE:
                 async with queue.ready:
                     self._put_back(queue, position, delivery)
                     queue.ready.notify()
             else:
-                await self._settle(queue, delivery, verdict)
+                await self._settle(queue, delivery, settlement)
             settled = True
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a consumer must return a verdict; treat a crash as transient
+        except Exception as exc:  # a consumer returns its settlement; a crash is transient
             await self._settle(queue, delivery, Settlement(Outcome.RETRY, repr(exc)))
             settled = True
         finally:
@@ -300,19 +300,15 @@ class MemoryBroker:
             if self._quiet():
                 self._idle.set()
 
-    async def _settle(self, queue: _Queue, delivery: Delivery, verdict: Settlement) -> None:
-        if verdict.outcome is Outcome.RETRY:
+    async def _settle(self, queue: _Queue, delivery: Delivery, settlement: Settlement) -> None:
+        if settlement.outcome is Outcome.RETRY:
             headers = {**delivery.headers, ATTEMPT_HEADER: str(delivery.attempt + 1)}
             await self._enqueue(
                 queue,
                 replace(delivery, headers=headers, attempt=delivery.attempt + 1, redelivered=False),
             )
-        elif verdict.outcome is Outcome.DEAD_LETTER and queue.dead_letter_exchange:
-            headers = {
-                **delivery.headers,
-                REASON_HEADER: verdict.reason,
-                DEAD_LETTERED_FROM_HEADER: queue.name,
-            }
+        elif settlement.outcome is Outcome.DEAD_LETTER and queue.dead_letter_exchange:
+            headers = {**delivery.headers, **dead_letter_headers(settlement.reason, queue.name)}
             await self.publish(
                 queue.dead_letter_exchange,
                 delivery.routing_key,

@@ -11,7 +11,7 @@ import pytest
 
 from services.recorder.batching import BatchWriter
 from shared.errors import StoreUnavailable
-from shared.eventstore import Entry
+from shared.eventstore import LogEntry
 from shared.messages import AgentHeartbeat, Envelope, Payload, TypedEnvelope
 
 
@@ -29,7 +29,7 @@ class Store:
         self.seen: set[uuid.UUID] = set()
         self.fail = fail
 
-    async def append_entries(self, entries: Sequence[Entry]) -> list[bool]:
+    async def append_entries(self, entries: Sequence[LogEntry]) -> list[bool]:
         await asyncio.sleep(0)  # a database round trip
         if self.fail:
             raise StoreUnavailable("database down")

@@ -1,0 +1,158 @@
+"""What the scheduler hears of the agents, and what it makes of their silence.
+
+Their announcements and heartbeats fill its directory (``agents``); an agent silent for
+DLSCOPE_AGENT_MISSED_HEARTBEATS heartbeats is declared offline, once, and its job handed to
+``losses``. The directory starts empty, so the scheduler asks every agent to announce itself
+(``discover``), and does again when its own link to the broker comes back: the heartbeats
+sent meanwhile never reached it, and that silence is not the agents'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from services.scheduler.agents import AgentDirectory
+from services.scheduler.losses import Losses
+from shared.config import Settings
+from shared.manifests import ModelManifest
+from shared.messages import (
+    AgentHeartbeat,
+    AgentOffline,
+    AgentOnline,
+    AgentsDiscover,
+    Envelope,
+    EvaluationRequested,
+    agent_stream,
+)
+from shared.messaging import Bus
+
+__all__ = ["Presence"]
+
+log = logging.getLogger(__name__)
+
+
+class Presence:
+    def __init__(
+        self,
+        agents: AgentDirectory,
+        losses: Losses,
+        bus: Bus,
+        settings: Settings,
+        *,
+        producer: str,
+    ) -> None:
+        self._agents = agents
+        self._losses = losses
+        self._bus = bus
+        self._settings = settings
+        self._producer = producer
+        # Offline declarations sent by this instance: their echo must not undo a heartbeat
+        # that arrived in between.
+        self._declared: set[uuid.UUID] = set()
+        # Since when this instance has been hearing the agents (its start, or its link to the
+        # broker coming back): until they have had time to answer the discovery call, an
+        # empty directory means "not heard yet", not "no such agent".
+        self._listening_since = time.monotonic()
+        # This instance's own link to the broker went down and it has not yet made up for
+        # what it could not hear meanwhile (``hearing_again``).
+        self._deaf = False
+
+    async def discover(self) -> None:
+        """Ask every agent to announce itself (the scheduler's directory starts empty)."""
+        self._listening_since = time.monotonic()
+        await self._bus.publish(
+            Envelope.wrap(
+                AgentsDiscover(requested_by=self._producer),
+                stream_id="scheduler",
+                correlation_id=uuid.uuid4(),
+                producer=self._producer,
+            )
+        )
+
+    @property
+    def _discovery_window(self) -> float:
+        """How long agents have to answer a discovery call: one heartbeat interval (an
+        answer is one round trip; a request for an agent that truly is not there should not
+        wait much longer than that to be told so)."""
+        return self._settings.heartbeat_interval_s
+
+    async def heard(
+        self, event: AgentOnline | AgentHeartbeat | AgentOffline, envelope: Envelope
+    ) -> None:
+        if envelope.event_id in self._declared:
+            self._declared.discard(envelope.event_id)
+            return
+        self._agents.observe(event, time.monotonic(), event_id=envelope.event_id)
+        if isinstance(event, AgentOffline):
+            await self._losses.agent_lost(event.agent_id, event.reason)
+        else:
+            self._losses.agent_found(event.agent_id)
+
+    async def sweep(self) -> None:
+        """Declare offline, once, every agent that missed its heartbeats."""
+        # Twice per heartbeat: an agent is declared at most half an interval late.
+        period = self._settings.heartbeat_interval_s / 2
+        while True:
+            await asyncio.sleep(period)
+            if not self._bus.is_connected:
+                self._deaf = True
+                continue
+            await self.hearing_again()
+            try:
+                await self._declare_lapsed()
+            except Exception as exc:  # a broker outage must not end the sweeping
+                log.warning("offline declarations not sent: %s", exc)
+
+    async def hearing_again(self) -> None:
+        """This scheduler's own link was down and is back: the heartbeats sent meanwhile never
+        reached it, so that silence is not the agents' (a broker outage otherwise failed every
+        running evaluation, its agent "offline"), and an agent that started meanwhile is not
+        known here yet. Done once, by whichever notices first: the sweep, or a request that
+        arrives before the sweep's next turn (it was failed for "no agents are online")."""
+        if not self._deaf:
+            return
+        self._deaf = False
+        self._agents.excuse(time.monotonic())
+        try:
+            await self.discover()
+        except Exception as exc:
+            log.warning("discovery after a reconnect not sent: %s", exc)
+
+    async def until_answered(self, request: EvaluationRequested, model: ModelManifest) -> None:
+        """Just started, or back from a broker outage, with no agent for ``request`` yet: wait
+        until the agents have had time to answer the discovery call, so that "no such agent"
+        is said only of agents that are truly absent."""
+        await self.hearing_again()
+        now = time.monotonic()
+        answering = self._listening_since + self._discovery_window - now
+        needs = model.version_needed_by(request.framework)
+        if answering > 0 and not self._agents.candidates(request, now, model_needs=needs):
+            await asyncio.sleep(answering)
+
+    async def _declare_lapsed(self) -> None:
+        missed = self._agents.missed_heartbeats
+        # One at a time, looked up again after each await: a heartbeat may have come meanwhile.
+        while lapsed := self._agents.lapsed(time.monotonic()):
+            agent = lapsed[0]
+            offline = AgentOffline(
+                agent_id=agent.agent_id,
+                reason=f"missed {missed} heartbeats (one every {agent.heartbeat_interval_s:g} s)",
+            )
+            envelope = Envelope.wrap(
+                offline,
+                stream_id=agent_stream(agent.agent_id),
+                correlation_id=uuid.uuid4(),
+                producer=self._producer,
+                event_id=None
+                if agent.last_event_id is None
+                else uuid.uuid5(agent.last_event_id, AgentOffline.TYPE),
+            )
+            # Recorded here before the await: a heartbeat handled meanwhile must win.
+            self._agents.observe(offline, time.monotonic())
+            self._declared.add(envelope.event_id)
+            await self._bus.publish(envelope)
+            log.warning("agent %s is offline: %s", agent.agent_id, offline.reason)
+            await self._losses.agent_lost(agent.agent_id, offline.reason)
