@@ -11,10 +11,10 @@ A bus is made of parts with one concern each, and keeps the methods services cal
 from __future__ import annotations
 
 import weakref
-from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Coroutine
+from typing import Any
 
-from shared.messages import Envelope, Payload, Topology
+from shared.messages import Envelope, Topology
 from shared.messaging.broker import STREAM_HEADER, Binding, Broker, Subscription
 from shared.messaging.consumers import Consuming, current_delivery
 from shared.messaging.handling import BatchHandler, Handler, Handling
@@ -34,8 +34,6 @@ __all__ = [
     "paused_consumers",
 ]
 
-P = TypeVar("P", bound=Payload)
-
 # The buses on each broker, for a process-wide view of paused consumers (the embedded mode
 # runs every service's bus on one broker; /readyz reports them all). Weak: a broker's buses
 # go with it.
@@ -51,9 +49,9 @@ def paused_consumers(broker: Broker) -> dict[str, str]:
 
 
 class Bus:
-    """One service's bus. Its publishing, consuming and request methods hand back their
-    part's coroutine rather than await it: a message pays for no extra await on its way
-    through the bus (``await bus.publish(...)`` reads as ever)."""
+    """One service's bus. Its publishing, consuming and request methods are its parts' own,
+    or hand back their part's coroutine rather than await it: a message pays for no extra
+    await on its way through the bus (``await bus.publish(...)`` reads as ever)."""
 
     def __init__(
         self,
@@ -108,6 +106,16 @@ class Bus:
         self._requests = Requests(
             broker, self._publisher, topology=topology, max_message_bytes=max_message_bytes
         )
+        # The parts' own methods, as they are: events produced together, in few messages
+        # (``Publisher.publish_batch``); a queue consumed by a handler of one event
+        # (``Subscriptions.subscribe``), or of each delivery's events at once
+        # (``handle_together``); a request and its reply, or the reply opened as a payload
+        # class (``Requests.request``, ``ask``).
+        self.publish_batch = self._publisher.publish_batch
+        self.subscribe = self._subscriptions.subscribe
+        self.handle_together = self._subscriptions.handle_together
+        self.request = self._requests.request
+        self.ask = self._requests.ask
         _buses.setdefault(broker, weakref.WeakSet()).add(self)
 
     async def start(self) -> None:
@@ -176,36 +184,6 @@ class Bus:
             max_bytes=max_bytes,
         )
 
-    def publish_batch(
-        self, envelopes: Sequence[Envelope], *, persistent: bool = True
-    ) -> Coroutine[Any, Any, list[Envelope]]:
-        """``Publisher.publish_batch``: events produced together, in few messages."""
-        return self._publisher.publish_batch(envelopes, persistent=persistent)
-
-    def subscribe(
-        self,
-        queue: str,
-        bindings: Sequence[Binding],
-        handler: Handler,
-        *,
-        durable: bool = True,
-        prefetch: int | None = None,
-        on_dead_letter: DeadLetterHook | None = None,
-        count_redeliveries: bool = False,
-        max_message_bytes: int | None = None,
-    ) -> Coroutine[Any, Any, Subscription]:
-        """``Subscriptions.subscribe``: ``queue`` consumed by a handler of one event."""
-        return self._subscriptions.subscribe(
-            queue,
-            bindings,
-            handler,
-            durable=durable,
-            prefetch=prefetch,
-            on_dead_letter=on_dead_letter,
-            count_redeliveries=count_redeliveries,
-            max_message_bytes=max_message_bytes,
-        )
-
     def handle(
         self,
         queue: str,
@@ -229,42 +207,3 @@ class Bus:
             count_redeliveries=count_redeliveries,
             max_message_bytes=max_message_bytes,
         )
-
-    def handle_together(
-        self,
-        queue: str,
-        bindings: Sequence[Binding],
-        handler: BatchHandler,
-        *,
-        prefetch: int | None = None,
-        max_message_bytes: int | None = None,
-    ) -> Coroutine[Any, Any, Subscription]:
-        """``Subscriptions.handle_together``: each delivery's events handed over at once."""
-        return self._subscriptions.handle_together(
-            queue, bindings, handler, prefetch=prefetch, max_message_bytes=max_message_bytes
-        )
-
-    def ask(
-        self,
-        routing_key: str,
-        envelope: Envelope,
-        answer: type[P],
-        *,
-        timeout: float,
-        max_bytes: int | None = None,
-    ) -> Coroutine[Any, Any, P]:
-        """``Requests.ask``: a request whose reply is opened as ``answer``."""
-        return self._requests.ask(
-            routing_key, envelope, answer, timeout=timeout, max_bytes=max_bytes
-        )
-
-    def request(
-        self,
-        routing_key: str,
-        envelope: Envelope,
-        *,
-        timeout: float,
-        max_bytes: int | None = None,
-    ) -> Coroutine[Any, Any, Envelope]:
-        """``Requests.request``: ``envelope`` on the jobs exchange, and its reply."""
-        return self._requests.request(routing_key, envelope, timeout=timeout, max_bytes=max_bytes)

@@ -7,6 +7,7 @@ is recorded on the span before it settles the delivery."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
@@ -26,16 +27,15 @@ Handler = Callable[[Envelope], Awaitable[Envelope | None]]
 BatchHandler = Callable[[Sequence[TypedEnvelope[Payload]]], Awaitable[None]]
 
 
+@dataclass(frozen=True, eq=False)
 class Handling:
     """The handler runs of one service's consumers, tried ``max_attempts`` times at most."""
 
-    def __init__(
-        self, publisher: Publisher, *, tracer: Tracer, service: str, max_attempts: int
-    ) -> None:
-        self._publisher = publisher
-        self._tracer = tracer
-        self._service = service
-        self._max_attempts = max_attempts
+    publisher: Publisher
+    _: KW_ONLY
+    tracer: Tracer
+    service: str
+    max_attempts: int
 
     async def one(self, delivery: Delivery, envelope: Envelope, handler: Handler) -> Settlement:
         """Run ``handler`` once, in a CONSUMER span continuing the publisher's trace."""
@@ -43,7 +43,7 @@ class Handling:
         async def call() -> None:
             reply = await handler(envelope)
             if reply is not None and delivery.reply_to:
-                await self._publisher.publish(
+                await self.publisher.publish(
                     reply, exchange="", routing_key=delivery.reply_to, persistent=False
                 )
 
@@ -72,11 +72,11 @@ class Handling:
             event_id=envelope.event_id,
         )
         attributes = messaging_attributes(
-            delivery.exchange, delivery.routing_key, envelope, self._service
+            delivery.exchange, delivery.routing_key, envelope, self.service
         )
         if count > 1:
             attributes["messaging.batch.message_count"] = count
-        with self._tracer.start_as_current_span(
+        with self.tracer.start_as_current_span(
             f"{delivery.routing_key} process",
             context=context,
             kind=SpanKind.CONSUMER,
@@ -91,4 +91,4 @@ class Handling:
                 error = exc
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
-            return settlement_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
+            return settlement_for(error, attempt=delivery.attempt, max_attempts=self.max_attempts)

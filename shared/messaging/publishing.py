@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
 
 from opentelemetry.trace import SpanKind, Tracer
 
@@ -18,26 +19,18 @@ from shared.telemetry import inject
 __all__ = ["Publisher"]
 
 
+@dataclass(frozen=True, eq=False)
 class Publisher:
     """What one service publishes. ``by_stream``: the event log is partitioned by stream, so
     a batch message holds the events of one stream only."""
 
-    def __init__(
-        self,
-        broker: Broker,
-        *,
-        topology: Topology,
-        tracer: Tracer,
-        service: str,
-        max_message_bytes: int,
-        by_stream: bool,
-    ) -> None:
-        self._broker = broker
-        self._topology = topology
-        self._tracer = tracer
-        self._service = service
-        self._max_message_bytes = max_message_bytes
-        self._by_stream = by_stream
+    broker: Broker
+    _: KW_ONLY
+    topology: Topology
+    tracer: Tracer
+    service: str
+    max_message_bytes: int
+    by_stream: bool
 
     async def publish(
         self,
@@ -52,23 +45,23 @@ class Publisher:
         """Publish ``envelope`` (by default as an event, routed by its type) and return it
         as sent, with its trace context filled in. ``MessageTooLarge`` when its body would
         be over ``max_bytes`` (default ``max_message_bytes``): no consumer would read it."""
-        exchange = self._topology.events if exchange is None else exchange
+        exchange = self.topology.events if exchange is None else exchange
         routing_key = routing_key or envelope.type
-        with self._tracer.start_as_current_span(
+        with self.tracer.start_as_current_span(
             f"{routing_key} publish",
             kind=SpanKind.PRODUCER,
-            attributes=messaging_attributes(exchange, routing_key, envelope, self._service),
+            attributes=messaging_attributes(exchange, routing_key, envelope, self.service),
         ):
             headers = inject()
-            sent = stamped(envelope, headers, self._service)
+            sent = stamped(envelope, headers, self.service)
             body = encode(sent)
-            limit = max_bytes or self._max_message_bytes
+            limit = max_bytes or self.max_message_bytes
             if len(body) > limit:
                 raise MessageTooLarge(
                     f"{envelope.type!r} is {len(body)} bytes, over the {limit} a message may "
                     "have (DLSCOPE_MAX_MESSAGE_BYTES)"
                 )
-            await self._broker.publish(
+            await self.broker.publish(
                 exchange,
                 routing_key,
                 OutgoingMessage(
@@ -93,7 +86,7 @@ class Publisher:
         run is also cut where its stream changes, as the partitions hash on the stream. A
         run of one goes as a single event, a run too large for one message in parts."""
         sent: list[Envelope] = []
-        for run in _runs(envelopes, by_stream=self._by_stream):
+        for run in _runs(envelopes, by_stream=self.by_stream):
             if len(run) == 1:
                 sent.append(await self.publish(run[0], persistent=persistent))
             else:
@@ -101,8 +94,8 @@ class Publisher:
         return sent
 
     async def _publish_run(self, run: Sequence[Envelope], *, persistent: bool) -> list[Envelope]:
-        exchange, routing_key = self._topology.events, run[0].type
-        with self._tracer.start_as_current_span(
+        exchange, routing_key = self.topology.events, run[0].type
+        with self.tracer.start_as_current_span(
             f"{routing_key} publish",
             kind=SpanKind.PRODUCER,
             attributes={
@@ -110,20 +103,20 @@ class Publisher:
                 "messaging.destination.name": exchange,
                 "messaging.rabbitmq.destination.routing_key": routing_key,
                 "messaging.batch.message_count": len(run),
-                "dlscope.service": self._service,
+                "dlscope.service": self.service,
             },
         ):
             headers = inject()
-            sent = [stamped(envelope, headers, self._service) for envelope in run]
+            sent = [stamped(envelope, headers, self.service) for envelope in run]
             body = encode_batch(sent)
-            if len(body) > self._max_message_bytes:
+            if len(body) > self.max_message_bytes:
                 # Halves until each fits; one event alone over the bound is refused by publish.
                 half = len(run) // 2
                 return [
                     *await self.publish_batch(run[:half], persistent=persistent),
                     *await self.publish_batch(run[half:], persistent=persistent),
                 ]
-            await self._broker.publish(
+            await self.broker.publish(
                 exchange,
                 routing_key,
                 OutgoingMessage(

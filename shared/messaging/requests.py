@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TypeVar
 
 from shared.errors import InvalidMessage, RequestTimeout
@@ -20,18 +21,17 @@ log = logging.getLogger(__name__)
 P = TypeVar("P", bound=Payload)
 
 
+@dataclass(eq=False)
 class Requests:
-    def __init__(
-        self, broker: Broker, publisher: Publisher, *, topology: Topology, max_message_bytes: int
-    ) -> None:
-        self._broker = broker
-        self._publisher = publisher
-        self._topology = topology
-        self._max_message_bytes = max_message_bytes
-        self._reply_queue: str | None = None
-        self._reply_lock = asyncio.Lock()
-        # The requests waiting for their reply, by their event id.
-        self._pending: dict[str, asyncio.Future[Envelope]] = {}
+    broker: Broker
+    publisher: Publisher
+    _: KW_ONLY
+    topology: Topology
+    max_message_bytes: int
+    _reply_queue: str | None = field(default=None, init=False)
+    _reply_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    # The requests waiting for their reply, by their event id.
+    _pending: dict[str, asyncio.Future[Envelope]] = field(default_factory=dict, init=False)
 
     async def ask(
         self,
@@ -60,9 +60,9 @@ class Requests:
         future: asyncio.Future[Envelope] = asyncio.get_running_loop().create_future()
         self._pending[str(envelope.event_id)] = future
         try:
-            await self._publisher.publish(
+            await self.publisher.publish(
                 envelope,
-                exchange=self._topology.jobs,
+                exchange=self.topology.jobs,
                 routing_key=routing_key,
                 reply_to=reply_queue,
                 persistent=False,
@@ -85,12 +85,12 @@ class Requests:
     async def _ensure_reply_queue(self) -> str:
         async with self._reply_lock:
             if self._reply_queue is None:
-                self._reply_queue = await self._broker.declare_reply_queue(self._on_reply)
+                self._reply_queue = await self.broker.declare_reply_queue(self._on_reply)
             return self._reply_queue
 
     async def _on_reply(self, delivery: Delivery) -> Settlement:
         try:
-            envelope = read_one(delivery.body, self._max_message_bytes)
+            envelope = read_one(delivery.body, self.max_message_bytes)
         except InvalidMessage as exc:
             log.warning("dropping an unreadable reply: %s", exc)
             return Settlement(Outcome.ACK)

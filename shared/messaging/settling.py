@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 
 from shared.errors import InvalidMessage
 from shared.messages import Envelope, decode
@@ -36,38 +37,37 @@ log = logging.getLogger(__name__)
 DeadLetterHook = Callable[[Envelope, str], Awaitable[None]]
 
 
+@dataclass(frozen=True, eq=False)
 class Settling:
     """The settlements of one service's consumers (``service`` names it in the log), whose
     messages are tried ``max_attempts`` times at most; ``dead_letter_exchange`` takes the
     events of a batch dead-lettered alone."""
 
-    def __init__(
-        self, broker: Broker, *, service: str, max_attempts: int, dead_letter_exchange: str
-    ) -> None:
-        self._broker = broker
-        self._service = service
-        self._max_attempts = max_attempts
-        self._dead_letter_exchange = dead_letter_exchange
+    broker: Broker
+    _: KW_ONLY
+    service: str
+    max_attempts: int
+    dead_letter_exchange: str
 
     def invalid(self, delivery: Delivery, error: InvalidMessage, *, what: str) -> Settlement:
         """A delivery whose ``what`` (message, batch) does not read: dead-lettered."""
         log.warning("dead-lettering an invalid %s on %r: %s", what, delivery.routing_key, error)
-        return settlement_for(error, attempt=delivery.attempt, max_attempts=self._max_attempts)
+        return settlement_for(error, attempt=delivery.attempt, max_attempts=self.max_attempts)
 
     async def interrupted(
         self, delivery: Delivery, on_dead_letter: DeadLetterHook | None
     ) -> Settlement:
         """A delivery handed out before, to a consumer that went away without settling it."""
         settlement = settlement_for_interruption(
-            attempt=delivery.attempt, max_attempts=self._max_attempts
+            attempt=delivery.attempt, max_attempts=self.max_attempts
         )
         if settlement.outcome is Outcome.RETRY:
-            log.warning("%s: %s; trying again", self._service, settlement.reason)
+            log.warning("%s: %s; trying again", self.service, settlement.reason)
         elif on_dead_letter is not None:
             try:
                 await on_dead_letter(decode(delivery.body), settlement.reason)
             except Exception as exc:  # unreadable, or the hook failed: the DLQ keeps it
-                log.warning("%s: recording a dead letter failed: %s", self._service, exc)
+                log.warning("%s: recording a dead letter failed: %s", self.service, exc)
         return settlement
 
     async def not_handled(
@@ -82,11 +82,11 @@ class Settling:
             try:
                 await on_dead_letter(envelope, settlement.reason)
             except Exception as exc:  # the dead-letter queue still keeps the message
-                log.warning("%s: recording a dead letter failed: %s", self._service, exc)
+                log.warning("%s: recording a dead letter failed: %s", self.service, exc)
         if settlement.outcome is not Outcome.ACK:
             log.warning(
                 "%s: %s %s on %r: %s",
-                self._service,
+                self.service,
                 settlement.outcome.value,
                 envelope.type,
                 delivery.routing_key,
@@ -97,7 +97,7 @@ class Settling:
         """Tell the log of ``count`` events of one delivery that were not acknowledged."""
         log.warning(
             "%s: %s %d event(s) on %r: %s",
-            self._service,
+            self.service,
             settlement.outcome.value,
             count,
             delivery.routing_key,
@@ -107,7 +107,7 @@ class Settling:
     async def refused(self, delivery: Delivery, queue: str, refused: Sequence[Refused]) -> None:
         """Dead-letter, each alone, the events of a batch that did not read."""
         for body, envelope, settlement in refused:
-            log.warning("%s: dead-lettering %s", self._service, settlement.reason)
+            log.warning("%s: dead-lettering %s", self.service, settlement.reason)
             await self.part(delivery, queue, body, envelope, settlement)
 
     async def part(
@@ -132,8 +132,8 @@ class Settling:
             target, key = "", queue
         else:  # dead letters; and a retry on a queue without a name to come back to
             headers.update(dead_letter_headers(settlement.reason, queue))
-            target, key = self._dead_letter_exchange, delivery.routing_key
-        await self._broker.publish(
+            target, key = self.dead_letter_exchange, delivery.routing_key
+        await self.broker.publish(
             target,
             key,
             OutgoingMessage(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
 
 from shared.messaging.broker import Binding, Broker, Consumer, Subscription
 from shared.messaging.consumers import AllTogether, Consuming, EachEvent
@@ -15,28 +16,19 @@ from shared.messaging.settling import DeadLetterHook
 __all__ = ["Subscriptions"]
 
 
+@dataclass(eq=False)
 class Subscriptions:
-    def __init__(
-        self,
-        broker: Broker,
-        consuming: Consuming,
-        *,
-        dead_letter_exchange: str,
-        prefetch: int,
-        max_message_bytes: int,
-        pause_initial_s: float,
-        pause_cap_s: float,
-    ) -> None:
-        self._broker = broker
-        self._consuming = consuming
-        self._dead_letter_exchange = dead_letter_exchange
-        self._prefetch = prefetch
-        self._max_message_bytes = max_message_bytes
-        self._pause_initial_s = pause_initial_s
-        self._pause_cap_s = pause_cap_s
-        self._subscriptions: list[Subscription] = []
-        # One per subscription: consumption paused while a dependency is unavailable.
-        self._pauses: list[Pause] = []
+    broker: Broker
+    consuming: Consuming
+    _: KW_ONLY
+    dead_letter_exchange: str
+    prefetch: int
+    max_message_bytes: int
+    pause_initial_s: float
+    pause_cap_s: float
+    _subscriptions: list[Subscription] = field(default_factory=list, init=False)
+    # One per subscription: consumption paused while a dependency is unavailable.
+    _pauses: list[Pause] = field(default_factory=list, init=False)
 
     @property
     def paused(self) -> dict[str, str]:
@@ -61,10 +53,10 @@ class Subscriptions:
         dead-lettered (``on_dead_letter`` told why) rather than handed out forever. A message
         over ``max_message_bytes`` (default the bus's) is dead-lettered unread."""
         consumer = EachEvent(
-            self._consuming,
+            self.consuming,
             queue,
-            self._pause(queue or f"{self._consuming.service}.exclusive"),
-            max_message_bytes or self._max_message_bytes,
+            self._pause(queue or f"{self.consuming.service}.exclusive"),
+            max_message_bytes or self.max_message_bytes,
             handler,
             on_dead_letter=on_dead_letter,
             count_redeliveries=count_redeliveries,
@@ -87,10 +79,10 @@ class Subscriptions:
         the others are still handled. What the handler raises settles the whole delivery by
         the one policy."""
         consumer = AllTogether(
-            self._consuming,
+            self.consuming,
             queue,
             self._pause(queue),
-            max_message_bytes or self._max_message_bytes,
+            max_message_bytes or self.max_message_bytes,
             handler,
         )
         return await self._consume(queue, bindings, consumer, prefetch=prefetch)
@@ -106,7 +98,7 @@ class Subscriptions:
         self._pauses.clear()
 
     def _pause(self, name: str) -> Pause:
-        pause = Pause(name, backoff=Backoff(self._pause_initial_s, self._pause_cap_s))
+        pause = Pause(name, backoff=Backoff(self.pause_initial_s, self.pause_cap_s))
         self._pauses.append(pause)
         return pause
 
@@ -119,12 +111,12 @@ class Subscriptions:
         prefetch: int | None,
         durable: bool = True,
     ) -> Subscription:
-        subscription = await self._broker.consume(
+        subscription = await self.broker.consume(
             queue,
             bindings,
             consumer,
-            prefetch=prefetch or self._prefetch,
-            dead_letter_exchange=self._dead_letter_exchange,
+            prefetch=prefetch or self.prefetch,
+            dead_letter_exchange=self.dead_letter_exchange,
             durable=durable,
         )
         self._subscriptions.append(subscription)
