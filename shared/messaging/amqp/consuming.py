@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import MutableSet
+from dataclasses import KW_ONLY, dataclass, field
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue, AbstractRobustChannel, HeadersType
 
@@ -33,51 +34,42 @@ __all__ = ["AmqpSubscription"]
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class AmqpSubscription:
     """``consumer`` on ``queue``, reading it on ``channel``; one of ``subscriptions`` (the
     adapter's own) until cancelled. The link's timeout bounds each step of a cancel."""
 
-    def __init__(
-        self,
-        channel: AbstractRobustChannel,
-        queue: AbstractQueue,
-        consumer: Consumer,
-        *,
-        dead_letter_exchange: str,
-        publisher: ConfirmedPublisher,
-        subscriptions: MutableSet[AmqpSubscription],
-        link: Link,
-    ) -> None:
-        self._channel = channel
-        self.queue = queue
-        self._consumer = consumer
-        self._dead_letter_exchange = dead_letter_exchange
-        self._publisher = publisher
-        self._subscriptions = subscriptions
-        self._link = link
-        self.tag = ""
-        self.cancelled = False
-        # Deliveries whose consumer is running (cancelled with the subscription: a worker
-        # goes away with its job) and those being settled (finished first: a copy sent but
-        # its original not acknowledged would be delivered twice).
-        self.handlers: set[asyncio.Task[object]] = set()
-        self.settling: set[asyncio.Task[object]] = set()
-        # The acknowledgements owed on the channel the deliveries came in on (its tags are its
-        # own: a channel aio-pika opened again after a reconnect starts them afresh).
-        self._acks: tuple[object, Acknowledgements] | None = None
+    channel: AbstractRobustChannel
+    queue: AbstractQueue
+    consumer: Consumer
+    _: KW_ONLY
+    dead_letter_exchange: str
+    publisher: ConfirmedPublisher
+    subscriptions: MutableSet[AmqpSubscription]
+    link: Link
+    tag: str = field(default="", init=False)
+    cancelled: bool = field(default=False, init=False)
+    # Deliveries whose consumer is running (cancelled with the subscription: a worker goes
+    # away with its job) and those being settled (finished first: a copy sent but its
+    # original not acknowledged would be delivered twice).
+    handlers: set[asyncio.Task[object]] = field(default_factory=set, init=False)
+    settling: set[asyncio.Task[object]] = field(default_factory=set, init=False)
+    # The acknowledgements owed on the channel the deliveries came in on (its tags are its
+    # own: a channel aio-pika opened again after a reconnect starts them afresh).
+    _acks: tuple[object, Acknowledgements] | None = field(default=None, init=False)
 
     async def start(self) -> None:
         self.tag = await self.queue.consume(self.handle)
-        self._subscriptions.add(self)
+        self.subscriptions.add(self)
 
     async def cancel(self) -> None:
         if self.cancelled:
             return
         self.cancelled = True
-        self._subscriptions.discard(self)
+        self.subscriptions.discard(self)
         # Bounded: during an outage aio-pika would wait for the connection to come back.
         with contextlib.suppress(*BROKER_ERRORS):
-            async with asyncio.timeout(self._link.timeout):
+            async with asyncio.timeout(self.link.timeout):
                 # Through the robust queue, so that aio-pika does not resume it after a reconnect.
                 await self.queue.cancel(self.tag)
         current = asyncio.current_task()
@@ -88,12 +80,12 @@ class AmqpSubscription:
         settling = [task for task in self.settling if task is not current]
         if settling:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._link.timeout):
+                async with asyncio.timeout(self.link.timeout):
                     await asyncio.gather(*settling, return_exceptions=True)
         with contextlib.suppress(*BROKER_ERRORS):
-            async with asyncio.timeout(self._link.timeout):
+            async with asyncio.timeout(self.link.timeout):
                 # RabbitMQ requeues whatever a closed channel left unacknowledged.
-                await self._channel.close()
+                await self.channel.close()
 
     async def handle(self, message: AbstractIncomingMessage) -> None:
         # aio-pika runs this in a task of its own per delivery, created in delivery order;
@@ -110,7 +102,7 @@ class AmqpSubscription:
         try:
             delivery = _delivery(message)
             try:
-                settlement = await self._consumer(delivery)
+                settlement = await self.consumer(delivery)
             except Exception as exc:  # a consumer returns its settlement; a crash is transient
                 log.exception("consumer of %r failed; retrying the message", self.queue.name)
                 settlement = Settlement(Outcome.RETRY, f"{type(exc).__name__}: {exc}")
@@ -157,11 +149,11 @@ class AmqpSubscription:
         headers: HeadersType = dict(message.headers)
         if settlement.outcome is Outcome.RETRY:
             headers.update(retry_headers(delivery))
-            await self._publisher.send("", queue, amqp_message(message, headers))
-        elif settlement.outcome is Outcome.DEAD_LETTER and self._dead_letter_exchange:
+            await self.publisher.send("", queue, amqp_message(message, headers))
+        elif settlement.outcome is Outcome.DEAD_LETTER and self.dead_letter_exchange:
             headers.update(dead_letter_headers(settlement.reason, queue))
-            await self._publisher.send(
-                self._dead_letter_exchange, delivery.routing_key, amqp_message(message, headers)
+            await self.publisher.send(
+                self.dead_letter_exchange, delivery.routing_key, amqp_message(message, headers)
             )
         # With the others settled in this turn of the loop, in one frame where it can.
         await acks.ack(message)

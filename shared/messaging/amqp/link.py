@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import KW_ONLY, dataclass, field
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
@@ -27,18 +28,17 @@ __all__ = ["BROKER_ERRORS", "Link"]
 BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, OSError, TimeoutError)
 
 
+@dataclass(eq=False)
 class Link:
     """The link to RabbitMQ at ``url``, which shows it as ``connection_name``; ``timeout`` is
     the longest wait for one operation, including for a reconnect in progress."""
 
-    def __init__(
-        self, url: str, *, connection_name: str, timeout: float, reconnect_interval: float
-    ) -> None:
-        self._url = url
-        self.connection_name = connection_name
-        self.timeout = timeout
-        self._reconnect_interval = reconnect_interval
-        self._connection: AbstractRobustConnection | None = None
+    url: str = field(repr=False)  # with the password
+    _: KW_ONLY
+    connection_name: str
+    timeout: float
+    reconnect_interval: float
+    _connection: AbstractRobustConnection | None = field(default=None, init=False)
 
     @property
     def is_connected(self) -> bool:
@@ -48,12 +48,12 @@ class Link:
     async def connect(self) -> None:
         if self._connection is not None:
             return
-        where = URL(self._url).with_password(None)  # never log the password
+        where = URL(self.url).with_password(None)  # never log the password
         try:
             self._connection = await aio_pika.connect_robust(
-                self._url,
+                self.url,
                 client_properties={"connection_name": self.connection_name},
-                reconnect_interval=self._reconnect_interval,
+                reconnect_interval=self.reconnect_interval,
                 timeout=self.timeout,
             )
         except AuthenticationError as exc:
