@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
 
 from services.scheduler.attempts import described
@@ -40,24 +41,17 @@ __all__ = ["Following"]
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class Following:
-    def __init__(
-        self,
-        jobs: RunningJobs,
-        losses: Losses,
-        bus: Bus,
-        settings: Settings,
-        *,
-        producer: str,
-    ) -> None:
-        self._jobs = jobs
-        self._losses = losses
-        self._bus = bus
-        self._settings = settings
-        self._producer = producer
-        self._deadlines = Deadlines()
-        # Set once the evaluations in flight have been read back (``recover``).
-        self.recovered = asyncio.Event()
+    jobs: RunningJobs
+    losses: Losses
+    bus: Bus
+    settings: Settings
+    _: KW_ONLY
+    producer: str
+    _deadlines: Deadlines = field(default_factory=Deadlines, init=False)
+    # Set once the evaluations in flight have been read back (``recover``).
+    recovered: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     @property
     def watched(self) -> set[uuid.UUID]:
@@ -68,11 +62,11 @@ class Following:
         self._deadlines.close()
 
     async def scheduled(self, event: EvaluationScheduled, envelope: Envelope) -> None:
-        self._jobs.scheduled(event)
+        self.jobs.scheduled(event)
 
     async def started(self, event: EvaluationStarted, envelope: Envelope) -> None:
-        if self._jobs.started(event, envelope.event_id) is not None:
-            self._losses.taken_up(event.evaluation_id)
+        if self.jobs.started(event, envelope.event_id) is not None:
+            self.losses.taken_up(event.evaluation_id)
             watched = self._deadlines.request(envelope.correlation_id)
             if watched is not None:  # each attempt has the whole timeout
                 self.watch(watched, attempt=event.attempt)
@@ -80,15 +74,15 @@ class Following:
     async def settled(
         self, event: EvaluationCompleted | EvaluationFailed, envelope: Envelope
     ) -> None:
-        self._jobs.settled(event.evaluation_id, described(event))
-        self._losses.taken_up(event.evaluation_id)
+        self.jobs.settled(event.evaluation_id, described(event))
+        self.losses.taken_up(event.evaluation_id)
         self._deadlines.disarm(envelope.correlation_id)
 
     def watch(self, request: Envelope, *, attempt: int = 0, since: datetime | None = None) -> None:
         """Fail the evaluation if it has no outcome in time (its worker may have died): within
         the timeout of its scheduling, or of its latest attempt's start (``since``, when
         that was before now)."""
-        timeout = self._settings.evaluation_timeout_s
+        timeout = self.settings.evaluation_timeout_s
         elapsed = 0.0 if since is None else (datetime.now(UTC) - since).total_seconds()
         what = "being scheduled" if attempt == 0 else f"attempt {attempt} starting"
 
@@ -99,13 +93,13 @@ class Following:
                 stage="timeout",
                 reason=f"no outcome within {timeout:g} s of {what}; the worker may have "
                 "stopped (DLSCOPE_EVALUATION_TIMEOUT_S)",
-                producer=self._producer,
+                producer=self.producer,
             )
             if failed is not None:
-                await self._bus.publish(failed)
+                await self.bus.publish(failed)
                 # Known as over at once: a worker that wakes now is told so.
                 outcome = failed.open(EvaluationFailed)
-                self._jobs.settled(outcome.evaluation_id, described(outcome))
+                self.jobs.settled(outcome.evaluation_id, described(outcome))
 
         self._deadlines.arm(request, timeout - elapsed, expire)
 
@@ -115,14 +109,14 @@ class Following:
         count = await when_available(
             self._recover_once,
             unavailable=(StoreUnavailable, ConfigurationError),  # down, or not migrated yet
-            what=f"{self._producer}: reading back the evaluations in flight",
+            what=f"{self.producer}: reading back the evaluations in flight",
         )
         if count:
             log.info("following again %d evaluations in flight after a restart", count)
         self.recovered.set()
 
     async def _recover_once(self) -> int:
-        store = EventStore.from_url(self._settings.resolved_database_url)
+        store = EventStore.from_url(self.settings.resolved_database_url)
         try:
             return await self._recover_from(store)
         finally:
@@ -139,11 +133,11 @@ class Following:
         count = 0
         for evaluation_id in dict.fromkeys(ids):
             found = in_flight(await store.stream_events(evaluation_stream(evaluation_id)))
-            if found is None or self._jobs.is_over(found.evaluation_id):
+            if found is None or self.jobs.is_over(found.evaluation_id):
                 continue
-            self._jobs.scheduled(found.scheduled)
+            self.jobs.scheduled(found.scheduled)
             if found.started is not None and found.started_by is not None:
-                self._jobs.started(found.started, found.started_by)
+                self.jobs.started(found.started, found.started_by)
             if found.request.correlation_id not in self._deadlines:
                 attempt = 0 if found.started is None else found.started.attempt
                 self.watch(found.request, attempt=attempt, since=found.since)

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 
 from services.scheduler.agents import AgentDirectory
 from services.scheduler.attempts import described
@@ -31,24 +31,16 @@ __all__ = ["Losses"]
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class Losses:
-    def __init__(
-        self,
-        jobs: RunningJobs,
-        agents: AgentDirectory,
-        bus: Bus,
-        settings: Settings,
-        *,
-        producer: str,
-    ) -> None:
-        self._jobs = jobs
-        self._agents = agents
-        self._bus = bus
-        self._grace_s = settings.heartbeat_interval_s * settings.agent_missed_heartbeats
-        self._timeout_s = settings.evaluation_timeout_s
-        self._producer = producer
-        # Jobs whose agent went offline, waiting for another agent to start them again.
-        self._graces: dict[uuid.UUID, asyncio.Task[None]] = {}
+    jobs: RunningJobs
+    agents: AgentDirectory
+    bus: Bus
+    settings: Settings
+    _: KW_ONLY
+    producer: str
+    # Jobs whose agent went offline, waiting for another agent to start them again.
+    _graces: dict[uuid.UUID, asyncio.Task[None]] = field(default_factory=dict, init=False)
 
     @property
     def waiting(self) -> set[uuid.UUID]:
@@ -65,17 +57,17 @@ class Losses:
             grace.cancel()
 
     def agent_found(self, agent_id: str) -> None:
-        for job in self._jobs.found(agent_id):
+        for job in self.jobs.found(agent_id):
             self.taken_up(job.evaluation_id)
 
     async def agent_lost(self, agent_id: str, reason: str) -> None:
         """Fail, now or after the grace period, the evaluation ``agent_id`` was running."""
-        known = {agent.agent_id: agent for agent in self._agents.known()}.get(agent_id)
-        for job in self._jobs.lose(agent_id, reason):
+        known = {agent.agent_id: agent for agent in self.agents.known()}.get(agent_id)
+        for job in self.jobs.lose(agent_id, reason):
             if job.framework is None and known is not None:  # its scheduling was not seen
                 job = replace(job, framework=known.framework, hardware=known.hardware)
             lost = loss_reason(job, known.host if known else None)
-            nobody = after_loss(job, self._agents.online(time.monotonic()))
+            nobody = after_loss(job, self.agents.online(time.monotonic()))
             if nobody is not None:
                 await self._fail(job, f"{lost}; {nobody}")
             elif job.evaluation_id not in self._graces:
@@ -84,13 +76,15 @@ class Losses:
                 )
 
     async def _await_next_attempt(self, job: Job, lost: str) -> None:
+        settings = self.settings
+        grace_s = settings.heartbeat_interval_s * settings.agent_missed_heartbeats
         waited = 0.0
         while True:
-            await asyncio.sleep(self._grace_s)
-            waited += self._grace_s
-            others = alternatives(job, self._agents.online(time.monotonic()))
+            await asyncio.sleep(grace_s)
+            waited += grace_s
+            others = alternatives(job, self.agents.online(time.monotonic()))
             busy = bool(others) and all(agent.busy for agent in others)
-            if not busy or waited >= self._timeout_s:
+            if not busy or waited >= settings.evaluation_timeout_s:
                 break
         self._graces.pop(job.evaluation_id, None)
         kind = f"{job.framework} on {job.hardware}"
@@ -114,17 +108,17 @@ class Losses:
         )
         # Derived from the lost attempt's start: every scheduler that notices the loss
         # sends the same event, and the store keeps one.
-        await self._bus.publish(
+        await self.bus.publish(
             Envelope.wrap(
                 failed,
                 stream_id=evaluation_stream(job.evaluation_id),
                 correlation_id=job.evaluation_id,
                 causation_id=job.started_by,
-                producer=self._producer,
+                producer=self.producer,
                 event_id=uuid.uuid5(job.started_by, EvaluationFailed.TYPE),
             )
         )
         # Known as over at once, not only when the event comes back: the lost agent may wake
         # and ask whether its attempt still stands before then.
-        self._jobs.settled(job.evaluation_id, described(failed))
+        self.jobs.settled(job.evaluation_id, described(failed))
         log.warning("evaluation %s failed: %s", job.evaluation_id, reason)

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
+from dataclasses import KW_ONLY, dataclass, field
 
 from services.scheduler.agents import AgentDirectory
 from services.scheduler.losses import Losses
@@ -34,41 +35,34 @@ __all__ = ["Presence"]
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class Presence:
-    def __init__(
-        self,
-        agents: AgentDirectory,
-        losses: Losses,
-        bus: Bus,
-        settings: Settings,
-        *,
-        producer: str,
-    ) -> None:
-        self._agents = agents
-        self._losses = losses
-        self._bus = bus
-        self._settings = settings
-        self._producer = producer
-        # Offline declarations sent by this instance: their echo must not undo a heartbeat
-        # that arrived in between.
-        self._declared: set[uuid.UUID] = set()
-        # Since when this instance has been hearing the agents (its start, or its link to the
-        # broker coming back): until they have had time to answer the discovery call, an
-        # empty directory means "not heard yet", not "no such agent".
-        self._listening_since = time.monotonic()
-        # This instance's own link to the broker went down and it has not yet made up for
-        # what it could not hear meanwhile (``hearing_again``).
-        self._deaf = False
+    agents: AgentDirectory
+    losses: Losses
+    bus: Bus
+    settings: Settings
+    _: KW_ONLY
+    producer: str
+    # Offline declarations sent by this instance: their echo must not undo a heartbeat that
+    # arrived in between.
+    _declared: set[uuid.UUID] = field(default_factory=set, init=False)
+    # Since when this instance has been hearing the agents (its start, or its link to the
+    # broker coming back): until they have had time to answer the discovery call, an empty
+    # directory means "not heard yet", not "no such agent".
+    _listening_since: float = field(default_factory=time.monotonic, init=False)
+    # This instance's own link to the broker went down and it has not yet made up for what
+    # it could not hear meanwhile (``hearing_again``).
+    _deaf: bool = field(default=False, init=False)
 
     async def discover(self) -> None:
         """Ask every agent to announce itself (the scheduler's directory starts empty)."""
         self._listening_since = time.monotonic()
-        await self._bus.publish(
+        await self.bus.publish(
             Envelope.wrap(
-                AgentsDiscover(requested_by=self._producer),
+                AgentsDiscover(requested_by=self.producer),
                 stream_id="scheduler",
                 correlation_id=uuid.uuid4(),
-                producer=self._producer,
+                producer=self.producer,
             )
         )
 
@@ -77,7 +71,7 @@ class Presence:
         """How long agents have to answer a discovery call: one heartbeat interval (an
         answer is one round trip; a request for an agent that truly is not there should not
         wait much longer than that to be told so)."""
-        return self._settings.heartbeat_interval_s
+        return self.settings.heartbeat_interval_s
 
     async def heard(
         self, event: AgentOnline | AgentHeartbeat | AgentOffline, envelope: Envelope
@@ -85,19 +79,19 @@ class Presence:
         if envelope.event_id in self._declared:
             self._declared.discard(envelope.event_id)
             return
-        self._agents.observe(event, time.monotonic(), event_id=envelope.event_id)
+        self.agents.observe(event, time.monotonic(), event_id=envelope.event_id)
         if isinstance(event, AgentOffline):
-            await self._losses.agent_lost(event.agent_id, event.reason)
+            await self.losses.agent_lost(event.agent_id, event.reason)
         else:
-            self._losses.agent_found(event.agent_id)
+            self.losses.agent_found(event.agent_id)
 
     async def sweep(self) -> None:
         """Declare offline, once, every agent that missed its heartbeats."""
         # Twice per heartbeat: an agent is declared at most half an interval late.
-        period = self._settings.heartbeat_interval_s / 2
+        period = self.settings.heartbeat_interval_s / 2
         while True:
             await asyncio.sleep(period)
-            if not self._bus.is_connected:
+            if not self.bus.is_connected:
                 self._deaf = True
                 continue
             await self.hearing_again()
@@ -115,7 +109,7 @@ class Presence:
         if not self._deaf:
             return
         self._deaf = False
-        self._agents.excuse(time.monotonic())
+        self.agents.excuse(time.monotonic())
         try:
             await self.discover()
         except Exception as exc:
@@ -129,13 +123,13 @@ class Presence:
         now = time.monotonic()
         answering = self._listening_since + self._discovery_window - now
         needs = model.version_needed_by(request.framework)
-        if answering > 0 and not self._agents.candidates(request, now, model_needs=needs):
+        if answering > 0 and not self.agents.candidates(request, now, model_needs=needs):
             await asyncio.sleep(answering)
 
     async def _declare_lapsed(self) -> None:
-        missed = self._agents.missed_heartbeats
+        missed = self.agents.missed_heartbeats
         # One at a time, looked up again after each await: a heartbeat may have come meanwhile.
-        while lapsed := self._agents.lapsed(time.monotonic()):
+        while lapsed := self.agents.lapsed(time.monotonic()):
             agent = lapsed[0]
             offline = AgentOffline(
                 agent_id=agent.agent_id,
@@ -145,14 +139,14 @@ class Presence:
                 offline,
                 stream_id=agent_stream(agent.agent_id),
                 correlation_id=uuid.uuid4(),
-                producer=self._producer,
+                producer=self.producer,
                 event_id=None
                 if agent.last_event_id is None
                 else uuid.uuid5(agent.last_event_id, AgentOffline.TYPE),
             )
             # Recorded here before the await: a heartbeat handled meanwhile must win.
-            self._agents.observe(offline, time.monotonic())
+            self.agents.observe(offline, time.monotonic())
             self._declared.add(envelope.event_id)
-            await self._bus.publish(envelope)
+            await self.bus.publish(envelope)
             log.warning("agent %s is offline: %s", agent.agent_id, offline.reason)
-            await self._losses.agent_lost(agent.agent_id, offline.reason)
+            await self.losses.agent_lost(agent.agent_id, offline.reason)
