@@ -28,6 +28,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,39 +82,31 @@ PUBLISH_PATIENCE_S = 20 * 60.0
 REMEMBERED_JOBS = 1024
 
 
+@dataclass(eq=False)
 class JobRunner:
-    def __init__(
-        self,
-        bus: Bus,
-        framework: FrameworkProcess,
-        artifacts: ArtifactCache,
-        *,
-        agent_id: str,
-        results_dir: Path,
-        tracer: Tracer,
-        leases: DeviceLeases,
-        rpc_timeout_s: float = 10.0,
-        evaluation_timeout_s: float | None = None,
-        visible_gpus: str | None = None,
-    ) -> None:
-        self.agent_id = agent_id
-        # The device each job measures is held alone (services.workers.leases), for at most
-        # the evaluation's timeout less a margin; CUDA_VISIBLE_DEVICES names a GPU worker's.
-        self._leases = leases
-        self._evaluation_timeout_s = evaluation_timeout_s
-        self._visible_gpus = visible_gpus
-        # How long the scheduler has to say whether an attempt still stands before the worker
-        # goes on without its answer (DLSCOPE_RPC_TIMEOUT_S): a round trip takes milliseconds
-        # on a healthy broker; a scheduler that is down costs a job this much.
-        self._rpc_timeout_s = rpc_timeout_s
-        self.name = f"worker {agent_id}"
-        self._bus = bus
-        self._framework = framework
-        self._artifacts = artifacts
-        self._results_dir = results_dir
-        self._tracer = tracer
-        self._one_at_a_time = asyncio.Lock()
-        self._finished: OrderedDict[uuid.UUID, None] = OrderedDict()
+    bus: Bus
+    framework: FrameworkProcess
+    artifacts: ArtifactCache
+    _: KW_ONLY
+    agent_id: str
+    results_dir: Path
+    tracer: Tracer
+    # The device each job measures is held alone (services.workers.leases), for at most the
+    # evaluation's timeout less a margin; CUDA_VISIBLE_DEVICES names a GPU worker's.
+    leases: DeviceLeases
+    # How long the scheduler has to say whether an attempt still stands before the worker
+    # goes on without its answer (DLSCOPE_RPC_TIMEOUT_S): a round trip takes milliseconds on
+    # a healthy broker; a scheduler that is down costs a job this much.
+    rpc_timeout_s: float = 10.0
+    evaluation_timeout_s: float | None = None
+    visible_gpus: str | None = None
+    _one_at_a_time: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _finished: OrderedDict[uuid.UUID, None] = field(default_factory=OrderedDict, init=False)
+
+    @property
+    def name(self) -> str:
+        """This worker, as the producer of its events."""
+        return f"worker {self.agent_id}"
 
     @property
     def busy(self) -> bool:
@@ -142,9 +135,9 @@ class JobRunner:
             async def publish(payload: Payload) -> None:
                 await self._publish(envelope.caused(payload, producer=self.name, key=key))
 
-            described = self._framework.described
+            described = self.framework.described
             captured = environment(
-                {"framework": self._framework.framework, "framework_version": described.version},
+                {"framework": self.framework.framework, "framework_version": described.version},
                 seed=job.scenario.seed,
                 build=described.build,
             )
@@ -202,11 +195,11 @@ class JobRunner:
             evaluation_id=job.evaluation_id, attempt=attempt, agent_id=self.agent_id
         )
         return await no_longer_stands(
-            self._bus,
+            self.bus,
             cause,
             check,
             producer=self.name,
-            timeout_s=self._rpc_timeout_s,
+            timeout_s=self.rpc_timeout_s,
             patience_s=PUBLISH_PATIENCE_S,
         )
 
@@ -215,7 +208,7 @@ class JobRunner:
         when the broker is back, not lost and not measured again. The event's id is fixed
         before the first try, so a try that reached the broker unconfirmed stores once."""
         await when_available(
-            lambda: self._bus.publish(envelope),
+            lambda: self.bus.publish(envelope),
             unavailable=BrokerUnavailable,
             what=f"{self.name}: publishing {envelope.type}",
             patience_s=PUBLISH_PATIENCE_S,
@@ -242,9 +235,9 @@ class JobRunner:
             key=uuid.uuid4().hex,
         )
         try:
-            await self._bus.publish(
+            await self.bus.publish(
                 notice,
-                exchange=self._bus.topology.jobs,
+                exchange=self.bus.topology.jobs,
                 routing_key=PROGRESS_KEY,
                 persistent=False,
             )
@@ -255,7 +248,7 @@ class JobRunner:
         """When a job taken at ``taken_at`` stops waiting for its device: a little before
         the scheduler would fail it for having no outcome (its timeout counts from the
         job's start), so the failure names the device and its holder instead."""
-        timeout = self._evaluation_timeout_s
+        timeout = self.evaluation_timeout_s
         if timeout is None:
             return None
         return taken_at + timeout - min(WAIT_MARGIN_S, WAIT_MARGIN_SHARE * timeout)
@@ -266,12 +259,12 @@ class JobRunner:
     ) -> AsyncIterator[Held]:
         """The job's device, held for the block (or, ``concurrent``, only its window)."""
         device = worker_device(
-            self._framework.hardware,
-            self._framework.described.device,
-            visible_gpus=self._visible_gpus,
+            self.framework.hardware,
+            self.framework.described.device,
+            visible_gpus=self.visible_gpus,
         )
         if job.concurrent:
-            async with self._leases.beside(device) as window:
+            async with self.leases.beside(device) as window:
                 yield window
             return
 
@@ -281,7 +274,7 @@ class JobRunner:
             await tell(Step(WAITING, f"{WAITING} {device.name}, {held_by}", limit_s=left_s))
 
         wait_s = None if until is None else max(0.0, until - time.monotonic())
-        async with self._leases.hold(
+        async with self.leases.hold(
             device,
             evaluation_id=job.evaluation_id,
             agent_id=self.agent_id,
@@ -316,7 +309,7 @@ class JobRunner:
                 # The look back at other busy processes, as the run starts: the device is
                 # held, this worker's framework process idle until the call.
                 looked = {**captured, **busy_before(FrameworkProcess.running)}
-                run = await self._framework.call(MEASURE_JOB, job, inputs, on_step=tell)
+                run = await self.framework.call(MEASURE_JOB, job, inputs, on_step=tell)
         except DeviceBusy as exc:
             return "timeout", str(exc)
         except ArtifactError as exc:  # the dataset's files
@@ -330,7 +323,7 @@ class JobRunner:
             attempt=attempt,
             looked=looked,
             lease=window.record(),
-            tracing=record_trace(self._tracer, run.tracing),
+            tracing=record_trace(self.tracer, run.tracing),
         )
         return await report(publish, job, run, measured, gone=await stands())
 
@@ -338,12 +331,12 @@ class JobRunner:
         """What the job's measurement is given: the model's verified files (only its
         tokenizer where the model runs in its server), where results go, and this job's
         span, which a served model's requests carry to the server."""
-        fetch = self._artifacts.fetch
+        fetch = self.artifacts.fetch
         tokenizer = job.manifest.tokenizer
-        needs_weights = self._framework.described.needs_weights
+        needs_weights = self.framework.described.needs_weights
         return JobInputs(
             model=await asyncio.to_thread(fetch, job.manifest.source) if needs_weights else None,
-            results_dir=self._results_dir / str(job.evaluation_id),
+            results_dir=self.results_dir / str(job.evaluation_id),
             tokenizer=None if tokenizer is None else await asyncio.to_thread(fetch, tokenizer),
             traceparent=inject().get("traceparent"),
         )
@@ -352,8 +345,8 @@ class JobRunner:
         """Why this worker's framework version cannot take ``job``, or None if it can. The
         scheduler routes by version, but a job on the shared queue reaches any worker of the
         framework, whatever version it runs."""
-        framework = self._framework.framework
-        version = self._framework.described.version
+        framework = self.framework.framework
+        version = self.framework.described.version
         for constraint, whose in (
             (job.framework_version, "the request asks for"),
             (job.manifest.version_needed_by(framework), f"model {job.manifest.ref} needs"),
