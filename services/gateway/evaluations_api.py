@@ -170,20 +170,7 @@ async def evaluation_events(
     events = await context.store.stream_events(evaluation_stream(evaluation_id))
     if not events:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no evaluation {evaluation_id} (yet)")
-    return [
-        EvaluationEventOut(
-            position=e.position,
-            version=e.version,
-            event_id=e.event_id,
-            type=e.type,
-            occurred_at=e.occurred_at,
-            recorded_at=e.recorded_at,
-            trace_id=e.trace_id,
-            causation_id=e.causation_id,
-            payload=e.payload,
-        )
-        for e in events
-    ]
+    return [EvaluationEventOut.model_validate(e, from_attributes=True) for e in events]
 
 
 async def _resolve(
