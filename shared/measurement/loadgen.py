@@ -94,33 +94,19 @@ def run_loadgen(
     batch size for a sweep). ``on_step`` is told as each warm-up and LoadGen run begins;
     ``watch`` (see ``drivers.run_scenario``) brackets each LoadGen test."""
     check_sample_count(scenario, sample_count)
+    # Each phase: where its logs go, its samples per query, and how its steps are labelled.
     if isinstance(scenario, BatchSweep):
         sizes = scenario.batch_sizes
-        phases = tuple(
-            _run_phase(
-                scenario,
-                run_query,
-                sample_count,
-                output_dir / f"batch-{size}",
-                size,
-                on_step,
-                watch,
-                sweep_label(size, number, len(sizes)),
-            )
+        runs = [
+            (output_dir / f"batch-{size}", size, sweep_label(size, number, len(sizes)))
             for number, size in enumerate(sizes, start=1)
-        )
+        ]
     else:
-        phases = (
-            _run_phase(
-                scenario,
-                run_query,
-                sample_count,
-                output_dir,
-                scenario.samples_per_query,
-                on_step,
-                watch,
-            ),
-        )
+        runs = [(output_dir, scenario.samples_per_query, "")]
+    phases = tuple(
+        _run_phase(scenario, run_query, sample_count, logs, size, on_step, watch, label)
+        for logs, size, label in runs
+    )
     return LoadgenResult(
         scenario=scenario, sample_count=sample_count, load_ns=load_ns, phases=phases
     )
