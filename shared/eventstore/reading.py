@@ -7,8 +7,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, Executable, RowMapping, Select, Table, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from shared.eventstore import schema
@@ -38,9 +39,9 @@ class StoreReader(Database):
     """The event store's reads (``EventStore`` adds its writes)."""
 
     async def get_evaluation(self, evaluation_id: uuid.UUID) -> EvaluationView | None:
-        query = select(_evaluations).where(_evaluations.c.evaluation_id == evaluation_id)
-        async with self._reading() as connection:
-            row = (await connection.execute(query)).mappings().first()
+        row = await self._row(
+            select(_evaluations).where(_evaluations.c.evaluation_id == evaluation_id)
+        )
         return None if row is None else EvaluationView.from_row(row)
 
     async def list_evaluations(
@@ -60,29 +61,19 @@ class StoreReader(Database):
         those given."""
         if status is not None and status not in EVALUATION_STATUSES:
             raise ValueError(f"unknown status {status!r}; one of {', '.join(EVALUATION_STATUSES)}")
-        if limit < 0 or offset < 0:
-            raise ValueError("limit and offset must not be negative")
-        query = (
-            select(_evaluations)
-            .order_by(_evaluations.c.requested_at.desc(), _evaluations.c.evaluation_id.desc())
-            .limit(limit)
-            .offset(offset)
+        columns = _evaluations.c
+        query = _where_given(
+            _newest_first(_evaluations, limit=limit, offset=offset),
+            (columns.status, status),
+            (columns.model, model),
+            (columns.framework, framework),
+            (columns.hardware, hardware),
         )
-        for column, value in (
-            (_evaluations.c.status, status),
-            (_evaluations.c.model, model),
-            (_evaluations.c.framework, framework),
-            (_evaluations.c.hardware, hardware),
-        ):
-            if value is not None:
-                query = query.where(column == value)
         if since is not None:
-            query = query.where(_evaluations.c.requested_at >= since)
+            query = query.where(columns.requested_at >= since)
         if until is not None:
-            query = query.where(_evaluations.c.requested_at < until)
-        async with self._reading() as connection:
-            rows = (await connection.execute(query)).mappings().all()
-        return [EvaluationView.from_row(row) for row in rows]
+            query = query.where(columns.requested_at < until)
+        return [EvaluationView.from_row(row) for row in await self._rows(query)]
 
     async def get_evaluations(self, evaluation_ids: Sequence[uuid.UUID]) -> list[EvaluationView]:
         """The evaluations among ``evaluation_ids`` that have a row, in no particular order."""
@@ -97,9 +88,9 @@ class StoreReader(Database):
         return [EvaluationView.from_row(row) for row in rows]
 
     async def get_experiment(self, experiment_id: uuid.UUID) -> ExperimentView | None:
-        query = select(_experiments).where(_experiments.c.experiment_id == experiment_id)
-        async with self._reading() as connection:
-            row = (await connection.execute(query)).mappings().first()
+        row = await self._row(
+            select(_experiments).where(_experiments.c.experiment_id == experiment_id)
+        )
         return None if row is None else ExperimentView.from_row(row)
 
     async def list_experiments(
@@ -114,26 +105,15 @@ class StoreReader(Database):
         reference ``model``, if given."""
         if status is not None and status not in EXPERIMENT_STATUSES:
             raise ValueError(f"unknown status {status!r}; one of {', '.join(EXPERIMENT_STATUSES)}")
-        if limit < 0 or offset < 0:
-            raise ValueError("limit and offset must not be negative")
-        query = (
-            select(_experiments)
-            .order_by(_experiments.c.requested_at.desc(), _experiments.c.experiment_id.desc())
-            .limit(limit)
-            .offset(offset)
+        query = _where_given(
+            _newest_first(_experiments, limit=limit, offset=offset),
+            (_experiments.c.status, status),
+            (_experiments.c.model, model),
         )
-        if status is not None:
-            query = query.where(_experiments.c.status == status)
-        if model is not None:
-            query = query.where(_experiments.c.model == model)
-        async with self._reading() as connection:
-            rows = (await connection.execute(query)).mappings().all()
-        return [ExperimentView.from_row(row) for row in rows]
+        return [ExperimentView.from_row(row) for row in await self._rows(query)]
 
     async def list_agents(self) -> list[AgentView]:
-        query = select(_agents).order_by(_agents.c.agent_id)
-        async with self._reading() as connection:
-            rows = (await connection.execute(query)).mappings().all()
+        rows = await self._rows(select(_agents).order_by(_agents.c.agent_id))
         return [AgentView.from_row(row) for row in rows]
 
     async def jobs_by_agent(self) -> dict[str, dict[str, int]]:
@@ -162,31 +142,25 @@ class StoreReader(Database):
         include_deprecated: bool = False,
     ) -> list[ArtifactView]:
         """Registered manifest versions, by kind and name, oldest version first."""
-        query = select(_artifacts).order_by(
-            _artifacts.c.kind, _artifacts.c.name, _artifacts.c.registered_at
-        )
-        for column, value in (
+        query = _where_given(
+            select(_artifacts).order_by(
+                _artifacts.c.kind, _artifacts.c.name, _artifacts.c.registered_at
+            ),
             (_artifacts.c.kind, kind),
             (_artifacts.c.name, name),
             (_artifacts.c.framework, framework),
             (_artifacts.c.task, task),
-        ):
-            if value is not None:
-                query = query.where(column == value)
+        )
         if not include_deprecated:
             query = query.where(_artifacts.c.deprecated.is_(False))
         # A deprecation that overtook its registration leaves a row without a manifest.
         query = query.where(_artifacts.c.digest != "")
-        async with self._reading() as connection:
-            rows = (await connection.execute(query)).mappings().all()
-        return [ArtifactView.from_row(row) for row in rows]
+        return [ArtifactView.from_row(row) for row in await self._rows(query)]
 
     async def stream_events(self, stream_id: str) -> list[StoredEvent]:
         """One stream's events in version order (1, 2, 3, …)."""
         query = select(_events).where(_events.c.stream_id == stream_id).order_by(_events.c.version)
-        async with self._reading() as connection:
-            rows = (await connection.execute(query)).mappings().all()
-        return [StoredEvent.from_row(row) for row in rows]
+        return [StoredEvent.from_row(row) for row in await self._rows(query)]
 
     async def read_streams(self, stream_ids: Collection[str]) -> list[StoredEvent]:
         """The events of several streams (e.g. an experiment and its members'), in position
@@ -218,6 +192,34 @@ class StoreReader(Database):
         async with self._reading() as connection:
             count = await connection.scalar(select(func.count()).select_from(_quarantined))
         return int(count or 0)
+
+    async def _row(self, query: Executable) -> RowMapping | None:
+        """The first row ``query`` selects, if any."""
+        async with self._reading() as connection:
+            return (await connection.execute(query)).mappings().first()
+
+    async def _rows(self, query: Executable) -> Sequence[RowMapping]:
+        """Every row ``query`` selects."""
+        async with self._reading() as connection:
+            return (await connection.execute(query)).mappings().all()
+
+
+def _newest_first(table: Table, *, limit: int, offset: int) -> Select[Any]:
+    """A page of ``table``'s rows, most recently requested first (then by key, descending)."""
+    if limit < 0 or offset < 0:
+        raise ValueError("limit and offset must not be negative")
+    (key,) = table.primary_key.columns
+    return (
+        select(table).order_by(table.c.requested_at.desc(), key.desc()).limit(limit).offset(offset)
+    )
+
+
+def _where_given(query: Select[Any], *filters: tuple[ColumnElement[Any], object]) -> Select[Any]:
+    """``query`` with each column equal to its value, for the values given (not None)."""
+    for column, value in filters:
+        if value is not None:
+            query = query.where(column == value)
+    return query
 
 
 async def read_events(connection: AsyncConnection, after: int, limit: int) -> list[StoredEvent]:
