@@ -3,16 +3,14 @@ check that every stored event is still admitted by the wire contracts."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from dlscope.cli.terminal import console, fail
+from dlscope.cli.terminal import console, fail, run_or_fail
 from shared.config import Settings
-from shared.errors import DlscopeError
 
 __all__ = ["db"]
 
@@ -32,10 +30,7 @@ def db_upgrade() -> None:
         await upgrade(url)
         return await current_revision(url)
 
-    try:
-        revision = asyncio.run(main())
-    except DlscopeError as exc:
-        raise fail(str(exc), 1) from exc
+    revision = run_or_fail(main())
     console.print(f"event store at revision {revision}")
 
 
@@ -50,10 +45,7 @@ def db_rebuild_projections() -> None:
         async with EventStore.from_url(url) as store:
             return await store.rebuild_projections()
 
-    try:
-        replayed = asyncio.run(main())
-    except DlscopeError as exc:
-        raise fail(str(exc), 1) from exc
+    replayed = run_or_fail(main())
     console.print(f"projections rebuilt from {replayed} events")
 
 
@@ -86,10 +78,7 @@ def db_check(
             moved = await quarantine_inadmissible(store, found) if quarantine else 0
             return found, moved, await store.count_events()
 
-    try:
-        found, moved, remaining = asyncio.run(main())
-    except DlscopeError as exc:
-        raise fail(str(exc), 1) from exc
+    found, moved, remaining = run_or_fail(main())
     if not found:
         console.print(f"all {remaining} stored events are admitted by the wire contracts")
         return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -12,10 +11,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from dlscope.cli.terminal import console, fail
+from dlscope.cli.terminal import console, fail, run_or_fail
 from dlscope.dead_letters import DeadLetter, DeadLetterQueue, ReplayReport
 from shared.config import Settings
-from shared.errors import DlscopeError
 from shared.messages import Topology
 
 __all__ = ["dlq"]
@@ -50,10 +48,7 @@ def _open(work: Callable[[DeadLetterQueue], Awaitable[T]]) -> T:
         async with DeadLetterQueue(settings.broker_url, Topology(settings.namespace)) as queue:
             return await work(queue)
 
-    try:
-        return asyncio.run(main())
-    except DlscopeError as exc:
-        raise fail(str(exc), 1) from exc
+    return run_or_fail(main())
 
 
 def _shorten(text: str, width: int = _REASON_WIDTH) -> str:

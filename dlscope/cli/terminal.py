@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -15,7 +19,11 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-__all__ = ["LOG_FORMAT", "console", "errors", "fail", "progress"]
+from shared.errors import DlscopeError
+
+__all__ = ["LOG_FORMAT", "console", "errors", "fail", "progress", "run_or_fail"]
+
+T = TypeVar("T")
 
 # How the services' own logs read when a command shows them (run --verbose, up).
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -30,6 +38,15 @@ def fail(message: str, code: int) -> typer.Exit:
     # soft_wrap: an error stays one line, whatever the width, so it can be grepped.
     errors.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
     return typer.Exit(code)
+
+
+def run_or_fail(main: Coroutine[Any, Any, T]) -> T:
+    """What ``main`` returns, run to its end; a dlscope error (what it asked for failed, the
+    store or broker unreachable) ends the command with it said as an error (exit 1)."""
+    try:
+        return asyncio.run(main)
+    except DlscopeError as exc:
+        raise fail(str(exc), 1) from exc
 
 
 def progress(*, transient: bool = False) -> Progress:
