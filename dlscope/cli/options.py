@@ -24,6 +24,7 @@ from dlscope.cli.scenario_options import (
     BatchSizes,
     Concurrency,
     DriverOpt,
+    E2eBound,
     Iterations,
     LatencyBound,
     MaxDuration,
@@ -140,6 +141,7 @@ class EvaluationOptions:
     natural: Natural = False
     ttft_bound: TtftBound = None
     tpot_bound: TpotBound = None
+    e2e_bound: E2eBound = None
     slo_percentile: SloPercentile = None
     concurrency: Concurrency = None
     temperature: Temperature = None

@@ -28,6 +28,7 @@ SCENARIO_OPTIONS = {
     "ignore_eos": "--natural",
     "ttft_bound_ms": "--ttft-bound",
     "tpot_bound_ms": "--tpot-bound",
+    "e2e_bound_ms": "--e2e-bound",
     "slo_percentile": "--slo-percentile",
     "concurrency": "--concurrency",
     "temperature": "--temperature",

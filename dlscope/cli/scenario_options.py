@@ -24,6 +24,7 @@ __all__ = [
     "BatchSizes",
     "Concurrency",
     "DriverOpt",
+    "E2eBound",
     "Iterations",
     "LatencyBound",
     "MaxDuration",
@@ -110,6 +111,10 @@ TtftBound = Annotated[
 TpotBound = Annotated[
     float | None, _text_generation("--tpot-bound", "p99 time-per-output-token bound (ms)")
 ]
+E2eBound = Annotated[
+    float | None,
+    _text_generation("--e2e-bound", "p99 end-to-end bound, scheduled time to last token (ms)"),
+]
 SloPercentile = Annotated[
     float | None,
     _text_generation(
@@ -150,6 +155,7 @@ def wire_scenario(options: Mapping[str, Any]) -> dict[str, Any]:
         "ignore_eos": False if options["natural"] else None,
         "ttft_bound_ms": options["ttft_bound"],
         "tpot_bound_ms": options["tpot_bound"],
+        "e2e_bound_ms": options["e2e_bound"],
         "slo_percentile": options["slo_percentile"],
         "concurrency": options["concurrency"],
         "temperature": options["temperature"],

@@ -128,6 +128,12 @@ def generation_table(generation: dict[str, Any]) -> Table:
         "stopping rule); [low, high]: 95% interval"
     )
     caption += _served_lines(generation)
+    caption += _load_lines(generation)
+    caption += [
+        f"{key.upper()} intervals from {said}"
+        for key in shown
+        if (said := _effective(generation[key])) is not None
+    ]
     table = Table(
         title=f"tokens: {generation['requests']} timed requests, "
         f"{generation['input_tokens_mean']:.1f} prompt and "
@@ -160,8 +166,36 @@ def _served_lines(generation: dict[str, Any]) -> list[str]:
     lines = [f"served: times are chunks'; failed requests (not latency samples): {failed}"]
     if (difference := generation.get("token_count_difference")) is not None:
         lines.append(f"output tokens, tokenizer vs the server's usage: {difference:+.1%}")
-    if (lag := generation.get("client_lag_p99_ms")) is not None:
+    if generation.get("client_lag") is None and (lag := generation.get("client_lag_p99_ms")):
         lines.append(f"client lag (issue - scheduled time), p99: {lag:.3f} ms")
+    return lines
+
+
+def _load_lines(generation: dict[str, Any]) -> list[str]:
+    """How the client kept the load: its own lag (open loop) or delay (closed loops), p50,
+    p99 and max; and the steady-state window's figures beside the whole run's above."""
+    lines = []
+    if (lag := generation.get("client_lag")) is not None:
+        what = (
+            "client lag (issue - scheduled time)"
+            if lag["loop"] == "open"
+            else "client delay (a stream's request done to its next issued)"
+        )
+        lines.append(
+            f"{what}: p50 {lag['p50_ms']:.3f} ms, p99 {lag['p99_ms']:.3f} ms, max "
+            f"{lag['max_ms']:.3f} ms over {lag['count']} requests"
+        )
+    if (steady := generation.get("steady")) is not None:
+        span_s = (steady["end_ns"] - steady["start_ns"]) / 1e9
+        ttft = steady.get("ttft")
+        median = "" if ttft is None else f", TTFT p50 {ttft['median']['value_ns'] / 1e6:.2f} ms"
+        lines.append(
+            f"steady state ({steady['held']}): {span_s:.2f} s, {steady['share']:.0%} of the "
+            f"timed phase, {steady['requests']} requests wholly inside: "
+            f"{steady['output_tokens_per_s']:.2f} output tokens/s, "
+            f"{steady['requests_per_s']:.2f} requests/s{median}"
+            + (" (short: see the verdict)" if steady["short"] else "")
+        )
     return lines
 
 
@@ -206,6 +240,20 @@ def _interval_rows(table: Table, phase: dict[str, Any], *, several: bool) -> Non
         f"{prefix}samples/s {_confidence(throughput)}",
         f"{throughput['per_s']:.1f} [{interval['low']:.1f}, "
         + ("unbounded]" if interval["high"] is None else f"{interval['high']:.1f}]"),
+    )
+    if (effective := _effective(phase)) is not None:
+        table.add_row(f"{prefix}intervals from", effective)
+
+
+def _effective(statistics: dict[str, Any]) -> str | None:
+    """Where successive values were correlated, how many independent ones the intervals
+    claim (shared.measurement.statistics)."""
+    effective = statistics.get("effective_count")
+    if effective is None:
+        return None
+    return (
+        f"{effective} effective of {statistics['count']} values (lag-1 autocorrelation "
+        f"{statistics['autocorrelation']:.2f}: successive values are correlated)"
     )
 
 

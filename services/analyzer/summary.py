@@ -16,6 +16,7 @@ from shared.measurement import LatencyStatistics, judge, summarize_result
 from shared.measurement.cost import machine_report
 from shared.measurement.generation import judge_served, judge_tokens, summarize_generation
 from shared.measurement.loadgen import LoadgenResult
+from shared.measurement.steady import judge_steady
 from shared.messages import (
     EvaluationMeasured,
     GenerationSummary,
@@ -45,7 +46,7 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
         environment=measured.conditions,
         noise=None if readings is None else readings.noise,
     )
-    generation = _generation(measured)
+    generation = _generation(measured, run.phases[0].issue_delays_ns)
     if generation is not None:
         verdict = _with_token_bounds(verdict, generation, scenario)
     phase, headline = run.phases[0], statistics[0]
@@ -79,8 +80,11 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
     )
 
 
-def _generation(measured: EvaluationMeasured) -> GenerationSummary | None:
-    """A generative run's token statistics from its record, whichever driver ran it."""
+def _generation(
+    measured: EvaluationMeasured, issue_delays_ns: tuple[int, ...] = ()
+) -> GenerationSummary | None:
+    """A generative run's token statistics from its record, whichever driver ran it; a
+    server scenario's lag from the timed phase where the record keeps none (in process)."""
     if measured.generation is None:
         return None
     scenario = measured.scenario
@@ -90,22 +94,36 @@ def _generation(measured: EvaluationMeasured) -> GenerationSummary | None:
         seed=scenario.seed,
         ttft_bound_ms=scenario.ttft_bound_ms,
         tpot_bound_ms=scenario.tpot_bound_ms,
+        e2e_bound_ms=scenario.e2e_bound_ms,
+        issue_delays_ns=issue_delays_ns if scenario.name == "server" else (),
     )
+
+
+# What a query's latency headline judges of an image model and no generation asked for: its
+# percentile against latency_bound_ms (an image model's 10 ms by default), that percentile's
+# sufficiency, and lateness as a share of that bound. A generation is judged on the token
+# bounds it was given (TTFT, TPOT, E2E, each with its own sufficiency warning) and its
+# client's lag by the lag rule (shared.measurement.lag), and on nothing it was not asked.
+_NOT_A_GENERATIONS = frozenset(
+    {ReasonCode.LATENCY_BOUND_MISSED, ReasonCode.HEADLINE_IS_BOUND, ReasonCode.LOAD_GENERATOR_LATE}
+)
 
 
 def _with_token_bounds(
     verdict: Verdict, generation: GenerationSummary, scenario: Scenario
 ) -> Verdict:
-    """A generative run judged by its TTFT and TPOT bounds where it has them: those replace
-    the end-to-end latency bound (a whole generation's latency is not what MLPerf's LLM
-    server rule bounds, and latency_bound_ms's default is an image model's)."""
-    token_bounds = scenario.ttft_bound_ms is not None or scenario.tpot_bound_ms is not None
-    kept = [
-        r
-        for r in verdict.reasons
-        if not (token_bounds and r.code is ReasonCode.LATENCY_BOUND_MISSED)
-    ]
-    reasons = (*kept, *judge_tokens(generation, scenario), *judge_served(generation))
+    """A generative run judged by its TTFT, TPOT and E2E bounds where it has them, never by
+    a query latency bound (``_NOT_A_GENERATIONS``); and by what its run of requests says of
+    itself: failed (truncated among them) requests, the client's lag, a short steady
+    window."""
+    kept = [r for r in verdict.reasons if r.code not in _NOT_A_GENERATIONS]
+    steady = judge_steady(generation)
+    reasons = (
+        *kept,
+        *judge_tokens(generation, scenario),
+        *judge_served(generation),
+        *(() if steady is None else (steady,)),
+    )
     errors = any(r.severity == "error" for r in reasons)
     return Verdict(status="INVALID" if errors else "VALID", reasons=reasons)
 

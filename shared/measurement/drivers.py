@@ -36,7 +36,11 @@ from shared.measurement.scenarios import (
     check_sample_count,
 )
 from shared.measurement.server import run_server
-from shared.measurement.statistics import bootstrap_quantile, min_queries_for_percentile
+from shared.measurement.statistics import (
+    bootstrap_quantile,
+    effective_size,
+    min_queries_for_percentile,
+)
 from shared.measurement.warmup import warm_up
 from shared.measurement.window import WindowWatch
 
@@ -192,9 +196,16 @@ def _timed_loop(
 
 
 def _narrow_enough(latencies: list[int], p: float, adaptive: AdaptiveStop, seed: int) -> bool:
-    values = np.sort(np.asarray(latencies, dtype=np.float64))
+    taken = np.asarray(latencies, dtype=np.float64)
+    _, effective = effective_size(taken)  # correlated latencies: a wider interval, as reported
+    values = np.sort(taken)
     replicates = bootstrap_quantile(
-        values, p, confidence=adaptive.confidence, resamples=_ADAPTIVE_RESAMPLES, seed=seed
+        values,
+        p,
+        confidence=adaptive.confidence,
+        resamples=_ADAPTIVE_RESAMPLES,
+        seed=seed,
+        size=effective,
     )
     tail = (1 - adaptive.confidence) / 2
     low, high = np.quantile(replicates, [tail, 1 - tail])

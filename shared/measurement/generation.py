@@ -4,12 +4,19 @@ each with the intervals and the sufficiency rule of every dlscope percentile."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 
+from shared.measurement.finish import TOKEN_COUNT_TOLERANCE, TRUNCATED
+from shared.measurement.lag import LAG_FLOOR_NS, MAX_LAG_FRACTION, client_lag, judge_lag
 from shared.measurement.statistics import summarize_latencies
+from shared.measurement.steady import steady_window
 from shared.messages import (
     GENERATION_METRICS,
     SERVED_METRICS,
+    GeneratedRequest,
     GenerationRecord,
     GenerationSummary,
     LatencyStatistics,
@@ -20,6 +27,7 @@ from shared.messages import (
 )
 
 __all__ = [
+    "LAG_FLOOR_NS",
     "MAX_FAILED_FRACTION",
     "MAX_LAG_FRACTION",
     "TOKEN_COUNT_TOLERANCE",
@@ -31,14 +39,11 @@ __all__ = [
 # A served run is not VALID when more than this fraction of its timed requests failed: the
 # latencies of the others describe a server that was not serving everyone.
 MAX_FAILED_FRACTION = 0.01
-# Nor when the client issued late: its p99 lag above this fraction of the median TTFT (and
-# above LAG_FLOOR_NS, below which a thread's wake-up jitter is all it is), the server was not
-# offered the load the scenario names.
-MAX_LAG_FRACTION = 0.05
-LAG_FLOOR_NS = 1_000_000
-# The tokenizer's and the server's output token counts may differ by this fraction before
-# it is worth a warning (a special token, a chunk's partial character).
-TOKEN_COUNT_TOLERANCE = 0.02
+# What a truncated request is, where the failures count some.
+_TRUNCATED_SAID = (
+    f"; {TRUNCATED}: answers that ended before the length the run pinned, so they did less "
+    "work than the others (shared.measurement.finish)"
+)
 
 
 def summarize_generation(
@@ -48,10 +53,14 @@ def summarize_generation(
     seed: int = 0,
     ttft_bound_ms: float | None = None,
     tpot_bound_ms: float | None = None,
+    e2e_bound_ms: float | None = None,
+    issue_delays_ns: tuple[int, ...] = (),
 ) -> GenerationSummary:
     """The statistics of ``record``'s timed requests; each metric's headline (the one with a
     bootstrap interval besides the median) is ``headline_percentile``, the percentile the
-    bounds judge. With a bound, goodput: the requests that met every bound, per second."""
+    bounds judge. With a bound, goodput: the requests that met every bound, per second. The
+    client's lag (``lag.client_lag``: the open loop's from ``issue_delays_ns`` where the
+    record keeps none) and the steady-state window (``steady``) beside them."""
     requests = record.requests
     ttft = [r.token_ns[0] - r.scheduled_ns for r in requests]
     e2e = [r.token_ns[-1] - r.scheduled_ns for r in requests]
@@ -66,7 +75,7 @@ def summarize_generation(
     duration = record.duration_ns
     output_tokens = sum(r.output_tokens for r in requests)
 
-    def stats(values: list[float] | list[int] | np.ndarray) -> LatencyStatistics:
+    def stats(values: Sequence[float] | np.ndarray) -> LatencyStatistics:
         return summarize_latencies(
             np.rint(np.asarray(values, dtype=np.float64)).astype(np.int64),
             duration_ns=duration,
@@ -74,33 +83,18 @@ def summarize_generation(
             seed=seed,
         )
 
-    goodput = None
-    if ttft_bound_ms is not None or tpot_bound_ms is not None:
-        met = 0
-        for r, first, end in zip(requests, ttft, e2e, strict=True):
-            per_token = (end - first) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0
-            if (ttft_bound_ms is None or first <= ttft_bound_ms * 1e6) and (
-                tpot_bound_ms is None or per_token <= tpot_bound_ms * 1e6
-            ):
-                met += 1
-        goodput = met / (duration / 1e9)
+    met = _met_bounds(requests, ttft, e2e, (ttft_bound_ms, tpot_bound_ms, e2e_bound_ms))
     served = record.served
-    reported = [(r.output_tokens, r.reported_tokens) for r in requests if r.reported_tokens]
-    difference = None
-    if reported:
-        server_total = sum(b for _, b in reported)
-        difference = (sum(a for a, _ in reported) - server_total) / server_total
-    lag_p99 = None
-    if served is not None and served.client_lag_ns:
-        lag_p99 = float(np.percentile(np.asarray(served.client_lag_ns), 99)) / 1e6
+    lag = client_lag(record, issue_delays_ns)
     return GenerationSummary(
         timed=record.timed,
         definitions=dict(SERVED_METRICS if record.timed == "chunk" else GENERATION_METRICS),
         failures=dict(served.failures) if served is not None else {},
-        token_count_difference=difference,
-        client_lag_p99_ms=lag_p99,
+        token_count_difference=_count_difference(requests),
+        client_lag_p99_ms=None if lag is None else lag.p99_ms,
+        client_lag=lag,
         requests=len(requests),
-        goodput_per_s=goodput,
+        goodput_per_s=None if met is None else met / (duration / 1e9),
         input_tokens_mean=float(np.mean([r.input_tokens for r in requests])),
         output_tokens_mean=output_tokens / len(requests),
         ttft=stats(ttft),
@@ -109,11 +103,39 @@ def summarize_generation(
         e2e=stats(e2e),
         output_tokens_per_s=output_tokens / (duration / 1e9),
         requests_per_s=len(requests) / (duration / 1e9),
+        steady=steady_window(record, stats),
     )
 
 
+def _met_bounds(
+    requests: Sequence[GeneratedRequest],
+    ttft: Sequence[int],
+    e2e: Sequence[int],
+    bounds_ms: tuple[float | None, float | None, float | None],
+) -> int | None:
+    """How many requests met every bound given on their own TTFT, TPOT and E2E; None
+    without a bound."""
+    if all(bound is None for bound in bounds_ms):
+        return None
+    ttft_ns, tpot_ns, e2e_ns = (math.inf if b is None else b * 1e6 for b in bounds_ms)
+    met = 0
+    for r, first, end in zip(requests, ttft, e2e, strict=True):
+        per_token = (end - first) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0
+        met += first <= ttft_ns and per_token <= tpot_ns and end <= e2e_ns
+    return met
+
+
+def _count_difference(requests: Sequence[GeneratedRequest]) -> float | None:
+    """(tokenizer's output tokens - server's) / server's, where the server counted."""
+    reported = [(r.output_tokens, r.reported_tokens) for r in requests if r.reported_tokens]
+    if not reported:
+        return None
+    server_total = sum(b for _, b in reported)
+    return (sum(a for a, _ in reported) - server_total) / server_total
+
+
 def judge_tokens(summary: GenerationSummary, scenario: Scenario) -> list[Reason]:
-    """What the scenario's TTFT and TPOT bounds say of ``summary`` at its ``slo_percentile``
+    """What the scenario's TTFT, TPOT and E2E bounds say of ``summary`` at its ``slo_percentile``
     (p99 unless set): above its bound misses it (an error, even when the percentile is only a
     bound: the true one is at least that); at or below it from too few requests cannot show
     it is met (a warning)."""
@@ -122,6 +144,7 @@ def judge_tokens(summary: GenerationSummary, scenario: Scenario) -> list[Reason]
     checks = (
         ("TTFT", summary.ttft, scenario.ttft_bound_ms, ReasonCode.TTFT_BOUND_MISSED),
         ("TPOT", summary.tpot, scenario.tpot_bound_ms, ReasonCode.TPOT_BOUND_MISSED),
+        ("E2E", summary.e2e, scenario.e2e_bound_ms, ReasonCode.E2E_BOUND_MISSED),
     )
     for name, statistics, bound_ms, code in checks:
         if bound_ms is None or statistics is None:
@@ -155,9 +178,10 @@ def judge_tokens(summary: GenerationSummary, scenario: Scenario) -> list[Reason]
 
 
 def judge_served(summary: GenerationSummary) -> list[Reason]:
-    """What a served model's run says of itself: failed requests (an error past
+    """What a run of requests says of itself: failed requests (an error past
     ``MAX_FAILED_FRACTION``, else a warning), a client that issued late (an error: the load
-    was not the scenario's), token counts that disagree with the server's (a warning)."""
+    was not the scenario's; ``lag``), token counts that disagree with the server's (a
+    warning)."""
     reasons = []
     failed = sum(summary.failures.values())
     if failed:
@@ -169,27 +193,15 @@ def judge_served(summary: GenerationSummary) -> list[Reason]:
                 code=ReasonCode.REQUESTS_FAILED,
                 severity=Severity.ERROR if fraction > MAX_FAILED_FRACTION else Severity.WARNING,
                 message=f"{failed} of {total} timed requests failed ({kinds}); failed requests "
-                f"are not latency samples (at most {MAX_FAILED_FRACTION:.0%} may fail)",
+                f"are not latency samples (at most {MAX_FAILED_FRACTION:.0%} may fail)"
+                + _TRUNCATED_SAID
+                * (TRUNCATED in summary.failures),
                 measured=fraction,
                 limit=MAX_FAILED_FRACTION,
             )
         )
-    if summary.client_lag_p99_ms is not None:
-        median_ttft_ms = summary.ttft.percentile(0.5).value_ns / 1e6
-        limit_ms = max(LAG_FLOOR_NS / 1e6, MAX_LAG_FRACTION * median_ttft_ms)
-        if summary.client_lag_p99_ms > limit_ms:
-            reasons.append(
-                Reason(
-                    code=ReasonCode.LOAD_GENERATOR_LATE,
-                    severity=Severity.ERROR,
-                    message=f"the client issued requests late: p99 lag "
-                    f"{summary.client_lag_p99_ms:.2f} ms past their scheduled times, above "
-                    f"{limit_ms:.2f} ms ({MAX_LAG_FRACTION:.0%} of the median TTFT): the server "
-                    "was offered less than the scenario's load",
-                    measured=summary.client_lag_p99_ms,
-                    limit=limit_ms,
-                )
-            )
+    if (late := judge_lag(summary)) is not None:
+        reasons.append(late)
     difference = summary.token_count_difference
     if difference is not None and abs(difference) > TOKEN_COUNT_TOLERANCE:
         reasons.append(

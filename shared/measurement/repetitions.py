@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 
-from shared.measurement.statistics import Interval, bootstrap_quantile
+from shared.measurement.statistics import Interval, bootstrap_quantile, effective_size
 from shared.values import Frozen
 
 __all__ = ["LatencyComparison", "RepetitionSummary", "compare", "summarize_repetitions"]
@@ -105,16 +105,22 @@ def compare(
     resamples: int = 1000,
     seed: int = 0,
 ) -> LatencyComparison:
-    baseline = np.sort(np.asarray(baseline_ns, dtype=np.float64))
-    candidate = np.sort(np.asarray(candidate_ns, dtype=np.float64))
-    if baseline.size < 2 or candidate.size < 2:
+    baseline_taken = np.asarray(baseline_ns, dtype=np.float64)
+    candidate_taken = np.asarray(candidate_ns, dtype=np.float64)
+    if baseline_taken.size < 2 or candidate_taken.size < 2:
         raise ValueError("a comparison needs at least two latencies on each side")
+    # Correlated latencies claim fewer independent values (statistics.effective_size).
+    _, baseline_size = effective_size(baseline_taken)
+    _, candidate_size = effective_size(candidate_taken)
+    baseline, candidate = np.sort(baseline_taken), np.sort(candidate_taken)
     base_median = float(np.median(baseline))
     cand_median = float(np.median(candidate))
     # Independent samples: bootstrap each median on its own and difference the replicates.
     differences = bootstrap_quantile(
-        candidate, 0.5, confidence=confidence, resamples=resamples, seed=seed
-    ) - bootstrap_quantile(baseline, 0.5, confidence=confidence, resamples=resamples, seed=seed + 1)
+        candidate, 0.5, confidence=confidence, resamples=resamples, seed=seed, size=candidate_size
+    ) - bootstrap_quantile(
+        baseline, 0.5, confidence=confidence, resamples=resamples, seed=seed + 1, size=baseline_size
+    )
     tail = (1 - confidence) / 2
     low, high = (float(v) for v in np.quantile(differences, [tail, 1 - tail]))
     significant = low > 0 or high < 0

@@ -33,6 +33,11 @@ class Request(Protocol):
         ...
 
     @property
+    def finished_ns(self) -> int:
+        """When it was done with, failed or not (its answer's end read)."""
+        ...
+
+    @property
     def failure(self) -> str | None: ...
 
     @property

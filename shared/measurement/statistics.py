@@ -7,6 +7,16 @@ the k-th smallest of n values resampled with replacement is ``sorted[ceil(n * U)
 resample costs two Beta draws instead of n draws and a sort, and 1 000 resamples of 100 000
 latencies take about a millisecond after one sort.
 
+The bootstrap treats the values as independent, which successive latencies need not be: a
+server's queue, a cache warming, a noisy neighbour make a slow query likelier after a slow
+one, and intervals from every value as if independent are then too narrow. So the values'
+lag-1 autocorrelation r is measured in the order they were taken and, where it is clearly
+positive (beyond the 95 % band of white noise, 1.96 / sqrt(n)), the intervals are those of
+the effective sample size n_eff = n (1 - r) / (1 + r) (an AR(1) process's, the usual
+correction): the bootstrap draws resamples of n_eff values (the m-out-of-n bootstrap, exact
+through the same order statistics) and the throughput's interval divides by sqrt(n_eff). A
+result says so: ``autocorrelation`` and ``effective_count`` in its statistics.
+
 What they make (``LatencyStatistics`` and its parts) travels in results and is defined with
 them (shared.messages.statistics).
 """
@@ -28,6 +38,8 @@ __all__ = [
     "Percentile",
     "Throughput",
     "bootstrap_quantile",
+    "effective_size",
+    "lag1_autocorrelation",
     "min_queries_for_percentile",
     "summarize_latencies",
 ]
@@ -63,22 +75,58 @@ def min_queries_for_percentile(p: float, confidence: float = EARLY_STOPPING_CONF
     return low + 1
 
 
+def lag1_autocorrelation(values: np.ndarray) -> float | None:
+    """The lag-1 autocorrelation of ``values`` in the order they were taken; None for fewer
+    than three values or values that do not vary."""
+    if values.size < 3:
+        return None
+    centred = values - values.mean()
+    power = float(np.dot(centred, centred))
+    if power <= 0:
+        return None
+    return float(np.dot(centred[:-1], centred[1:])) / power
+
+
+def effective_size(values: np.ndarray) -> tuple[float | None, int]:
+    """The lag-1 autocorrelation of ``values`` (in the order taken) and the sample size their
+    intervals may claim: n (1 - r) / (1 + r) where r is beyond white noise's 95 % band
+    (1.96 / sqrt(n)), at least 2; else n."""
+    n = int(values.size)
+    rho = lag1_autocorrelation(values)
+    if rho is None or rho <= _WHITE_NOISE_Z / math.sqrt(n):
+        return rho, n
+    return rho, max(2, min(n, round(n * (1 - rho) / (1 + rho))))
+
+
+# The normal quantile of white noise's two-sided 95 % band for an autocorrelation.
+_WHITE_NOISE_Z = 1.96
+
+
 def bootstrap_quantile(
-    sorted_ns: np.ndarray, p: float, *, confidence: float, resamples: int, seed: int
+    sorted_ns: np.ndarray,
+    p: float,
+    *,
+    confidence: float,
+    resamples: int,
+    seed: int,
+    size: int | None = None,
 ) -> np.ndarray:
     """``resamples`` bootstrap replicates of the linear-interpolated ``p`` quantile of
-    ``sorted_ns`` (ascending), drawn exactly through order statistics (see module doc)."""
+    ``sorted_ns`` (ascending), drawn exactly through order statistics (see module doc), each
+    of a resample of ``size`` values (default: as many as there are; fewer for correlated
+    values, whose effective sample size is smaller)."""
     n = sorted_ns.size
     if n < 2:
         return np.full(resamples, float(sorted_ns[0]) if n else math.nan)
-    position = (n - 1) * p
+    m = n if size is None else max(2, size)
+    position = (m - 1) * p
     below = math.floor(position)
     fraction = position - below
-    rank = below + 1  # 1-based rank of the lower order statistic; rank + 1 <= n as p < 1
+    rank = below + 1  # 1-based rank of the lower order statistic; rank + 1 <= m as p < 1
     rng = np.random.default_rng(seed)
-    u_low = rng.beta(rank, n - rank + 1, size=resamples)
-    # The next order statistic: the smallest of the n - rank uniforms above u_low.
-    u_high = u_low + (1 - u_low) * rng.beta(1, n - rank, size=resamples)
+    u_low = rng.beta(rank, m - rank + 1, size=resamples)
+    # The next order statistic: the smallest of the m - rank uniforms above u_low.
+    u_high = u_low + (1 - u_low) * rng.beta(1, m - rank, size=resamples)
     low_values = sorted_ns[_rank_index(u_low, n)]
     high_values = sorted_ns[_rank_index(u_high, n)]
     replicates: np.ndarray = low_values + fraction * (high_values - low_values)
@@ -114,12 +162,14 @@ def summarize_latencies(
     and throughput's interval follows from the mean per-query time's (normal approximation,
     which the bootstrap of a mean converges to).
     """
-    values = np.sort(np.asarray(latencies_ns, dtype=np.float64))
+    taken = np.asarray(latencies_ns, dtype=np.float64)
+    values = np.sort(taken)
     n = int(values.size)
     if n == 0:
         raise ValueError("no latencies to summarise")
     if duration_ns <= 0:
         raise ValueError(f"a timed phase lasts a positive time, got {duration_ns} ns")
+    rho, effective = effective_size(taken)
     mean = float(values.mean())
     std = float(values.std(ddof=1)) if n > 1 else 0.0
 
@@ -128,7 +178,7 @@ def summarize_latencies(
         interval = None
         if with_interval:
             replicates = bootstrap_quantile(
-                values, p, confidence=confidence, resamples=resamples, seed=seed
+                values, p, confidence=confidence, resamples=resamples, seed=seed, size=effective
             )
             interval = _interval(replicates, confidence)
         return Percentile(
@@ -151,12 +201,22 @@ def summarize_latencies(
         median=percentile(0.5, with_interval=True),
         headline=percentile(headline_percentile, with_interval=True),
         percentiles=tuple(percentile(p, with_interval=False) for p in REPORTED_PERCENTILES),
-        throughput=_throughput(n, samples_per_query, duration_ns, std, open_loop, confidence),
+        throughput=_throughput(
+            n, samples_per_query, duration_ns, std, open_loop, confidence, effective
+        ),
+        autocorrelation=rho,
+        effective_count=effective if effective < n else None,
     )
 
 
 def _throughput(
-    n: int, samples_per_query: int, duration_ns: int, std_ns: float, open_loop: bool, c: float
+    n: int,
+    samples_per_query: int,
+    duration_ns: int,
+    std_ns: float,
+    open_loop: bool,
+    c: float,
+    effective: int,
 ) -> Throughput:
     z = NormalDist().inv_cdf((1 + c) / 2)
     seconds = duration_ns / 1e9
@@ -167,7 +227,7 @@ def _throughput(
         low, high = rate - spread, rate + spread
     else:
         mean_cycle_ns = duration_ns / n
-        half = z * std_ns / math.sqrt(n)
+        half = z * std_ns / math.sqrt(effective)
         low = samples_per_query * 1e9 / (mean_cycle_ns + half)
         high = samples_per_query * 1e9 / (mean_cycle_ns - half) if half < mean_cycle_ns else None
     return Throughput(per_s=rate, interval=Interval(low=max(low, 0.0), high=high, confidence=c))

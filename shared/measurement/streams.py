@@ -13,6 +13,11 @@ then finish what they began, and those requests count too: a request cut short w
 the tail. The cold first request and the warm-up run one at a time, before the streams.
 
 A request can fail (``requests.Request.failure``, a served model's): see ``requests``.
+
+The client's own delay is kept per timed request (the phase's ``issue_delays_ns``): from its
+stream's previous request being done (``Request.finished_ns``) to its issue, the time a
+stream held no request in flight through the client's fault (reading the answer's end,
+counting its tokens, issuing the next). A stream's first timed request has none.
 """
 
 from __future__ import annotations
@@ -62,15 +67,20 @@ def run_streams(
     on_step(timed_queries(plan, f" ({streams} streams)", plan.min_duration_s))
     done: list[R] = []
     failed: list[R] = []
+    delays: list[int] = []
     streak = [0]  # failures in a row, across the streams
     stop = threading.Event()
     begin = clock()
     min_ns, max_ns = int(plan.min_duration_s * 1e9), int(plan.max_duration_s * 1e9)
 
     def stream() -> None:
+        previous: int | None = None  # when this stream's previous request was done
         while not stop.is_set():
             generated = generate(next_prompt())
             with lock:
+                if previous is not None:
+                    delays.append(generated.issued_ns - previous)
+                previous = generated.finished_ns
                 if generated.failure is None:
                     done.append(generated)
                     streak[0] = 0
@@ -107,6 +117,7 @@ def run_streams(
             "own cost per token is measured single-stream (bench/generation.py)",
         ),
         stopped_by="max_duration" if capped else "minimums",
+        issue_delays_ns=tuple(delays),
         window=window,
     )
     result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))

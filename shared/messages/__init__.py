@@ -102,11 +102,13 @@ from shared.messages.fingerprint import (
 from shared.messages.generation import (
     GENERATION_METRICS,
     SERVED_METRICS,
+    ClientLag,
     GeneratedRequest,
     GenerationRecord,
     GenerationSummary,
     Perplexity,
     ServedRun,
+    SteadyWindow,
 )
 from shared.messages.lineage import experiment_models, exports_of
 from shared.messages.machine import MachineWindow, NoiseProbe
@@ -192,6 +194,7 @@ __all__ = [
     "BatchSweep",
     "CdfPoint",
     "CheckAttempt",
+    "ClientLag",
     "ComparedLatency",
     "ComparedTokens",
     "DeprecateArtifact",
@@ -276,6 +279,7 @@ __all__ = [
     "Server",
     "Severity",
     "SingleStream",
+    "SteadyWindow",
     "StopReason",
     "Throughput",
     "TimedPhase",

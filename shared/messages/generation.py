@@ -27,11 +27,13 @@ from shared.messages.statistics import LatencyStatistics
 __all__ = [
     "GENERATION_METRICS",
     "SERVED_METRICS",
+    "ClientLag",
     "GeneratedRequest",
     "GenerationRecord",
     "GenerationSummary",
     "Perplexity",
     "ServedRun",
+    "SteadyWindow",
 ]
 
 # Each metric's definition, as reports show it beside the number.
@@ -42,7 +44,8 @@ GENERATION_METRICS: dict[str, str] = {
     "e2e": "end to end: the last token's time - the request's scheduled time",
     "output_tokens_per_s": "output tokens of the timed requests / the timed phase's duration",
     "requests_per_s": "timed requests / the timed phase's duration",
-    "goodput_per_s": "timed requests whose own TTFT and TPOT met every bound / the duration",
+    "goodput_per_s": "timed requests whose own TTFT, TPOT and E2E met every bound given / "
+    "the duration",
 }
 # What changes for a served model, whose times are chunks' (one chunk may carry several
 # tokens): what is measured per chunk, and what is derived from the token counts.
@@ -84,6 +87,13 @@ class GeneratedRequest(BaseModel):
     )
     reported_input_tokens: int | None = Field(
         default=None, ge=0, description="prompt tokens as the server's usage reports them"
+    )
+    # Optional, so events recorded before it read as they were: None there, and for a
+    # request the server ended without saying why.
+    finish_reason: str | None = Field(
+        default=None,
+        max_length=64,
+        description="why the server says it ended the answer ('length', 'stop', ...; served)",
     )
 
     @property
@@ -138,6 +148,17 @@ class GenerationRecord(BaseModel):
     # content (a served model: TTFT is the first chunk's, gaps are between chunks).
     timed: Literal["token", "chunk"] = "token"
     served: ServedRun | None = None
+    # How the requests were offered, where a load shape of requests issued them (None: a
+    # scenario driver's queue or batches, and events recorded before this was): closed loops
+    # of ``streams`` streams, or an open loop on a schedule. Optional, so old events read.
+    load: Literal["closed", "open"] | None = None
+    streams: int | None = Field(default=None, ge=1, description="closed loop: its streams")
+    client_delay_ns: list[int] = Field(
+        default_factory=list,
+        max_length=100_000,
+        description="closed loop: per timed request after its stream's first, its issue - "
+        "when its stream's previous request was done (the client's own delay)",
+    )
 
 
 class Perplexity(BaseModel):
@@ -152,6 +173,43 @@ class Perplexity(BaseModel):
     texts: int = Field(ge=1)
     dataset: str = Field(description="name@version")
     split: str | None = None
+
+
+class ClientLag(BaseModel):
+    """How late the client itself was, over a run's timed requests: in an open loop, each
+    request's issue after its scheduled time; in closed loops, each request's issue after
+    its stream's previous request was done (a stream idle through the client's fault)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    loop: Literal["open", "closed"]
+    count: int = Field(ge=1)
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    mean_gap_ms: float | None = Field(
+        default=None, description="open loop: the schedule's mean time between two arrivals"
+    )
+    definition: str
+
+
+class SteadyWindow(BaseModel):
+    """The part of the timed phase where the client held its full load (every stream with a
+    request in flight, or arrivals on schedule past the ramp-up), ramp-up and drain left
+    out, and what was measured inside it. Times are ns from the timed phase's start."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start_ns: int = Field(ge=0)
+    end_ns: int = Field(ge=0)
+    share: float = Field(ge=0, description="of the timed phase's duration")
+    held: str = Field(description="what the client held in the window, in words")
+    requests: int = Field(ge=0, description="timed requests wholly inside the window")
+    output_tokens_per_s: float = Field(description="output tokens that came in the window / it")
+    requests_per_s: float = Field(description="requests completed in the window / it")
+    ttft: LatencyStatistics | None = Field(description="of the requests wholly inside")
+    tpot: LatencyStatistics | None = None
+    short: bool = Field(description="too short to stand for the load (a warning says so)")
 
 
 class GenerationSummary(BaseModel):
@@ -174,7 +232,7 @@ class GenerationSummary(BaseModel):
     requests_per_s: float
     goodput_per_s: float | None = Field(
         default=None,
-        description="requests that met every TTFT and TPOT bound, per second (with bounds)",
+        description="requests that met every TTFT, TPOT and E2E bound, per second (with bounds)",
     )
     definitions: dict[str, str] = Field(default_factory=lambda: dict(GENERATION_METRICS))
     # A served model's run: what its times are, how many requests failed (per kind), how far
@@ -188,4 +246,12 @@ class GenerationSummary(BaseModel):
     )
     client_lag_p99_ms: float | None = Field(
         default=None, description="p99 of issue time - scheduled time (the client's own lag)"
+    )
+    client_lag: ClientLag | None = Field(
+        default=None, description="the client's own lag (open loop) or delay (closed loops)"
+    )
+    steady: SteadyWindow | None = Field(
+        default=None,
+        description="throughput and token latencies over the steady-state window (where a "
+        "load shape of requests offered them); the figures above are the whole run's",
     )

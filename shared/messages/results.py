@@ -71,7 +71,9 @@ class TimedPhase(BaseModel):
     overhead: HarnessOverhead
     stopped_by: StopReason
     issue_delays_ns: tuple[int, ...] = Field(
-        default=(), description="server: how late the load generator issued each query"
+        default=(),
+        description="server: how late the load generator issued each query; closed-loop "
+        "streams: each request's issue after its stream's previous one was done",
     )
     unfinished_queries: int = Field(
         default=0, ge=0, description="queries scheduled but cut off by max_duration_s"

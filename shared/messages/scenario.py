@@ -82,7 +82,12 @@ class Scenario(BaseModel):
         strict=True, default=8, ge=1, le=65_536, description="multi-stream"
     )
     target_qps: float = Field(strict=True, default=500.0, description="server: mean arrival rate")
-    latency_bound_ms: float = Field(strict=True, default=10.0, description="server: the p99 bound")
+    latency_bound_ms: float = Field(
+        strict=True,
+        default=10.0,
+        description="server: the p99 bound of a query's latency; a generation is judged by "
+        "its token bounds instead (ttft_bound_ms, tpot_bound_ms, e2e_bound_ms), never by this",
+    )
     batch_sizes: tuple[StrictInt, ...] = Field(
         default=(1, 2, 4, 8, 16, 32), min_length=1, max_length=64, description="batch-sweep"
     )
@@ -134,14 +139,21 @@ class Scenario(BaseModel):
         default=None,
         gt=0,
         description="text generation: the p99 time to first token the run must meet "
-        "(MLPerf's LLM server rule); with it or tpot_bound_ms, these judge the run, not "
-        "latency_bound_ms",
+        "(MLPerf's LLM server rule); a generation is judged by the token bounds given and by "
+        "no latency bound it was not given (latency_bound_ms is an image model's)",
     )
     tpot_bound_ms: float | None = Field(
         strict=True,
         default=None,
         gt=0,
         description="text generation: the p99 time per output token the run must meet",
+    )
+    e2e_bound_ms: float | None = Field(
+        strict=True,
+        default=None,
+        gt=0,
+        description="text generation: the p99 end-to-end time (scheduled time to the last "
+        "token) the run must meet",
     )
 
     slo_percentile: float = Field(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+from pydantic import Field
+
 from shared.values import Frozen
 
 __all__ = ["Interval", "LatencyStatistics", "Percentile", "Throughput"]
@@ -59,6 +61,18 @@ class LatencyStatistics(Frozen):
     headline: Percentile
     percentiles: tuple[Percentile, ...]
     throughput: Throughput
+    # Optional, so results recorded before them read: None there.
+    autocorrelation: float | None = Field(
+        default=None,
+        description="lag-1 autocorrelation of the values in the order they were taken "
+        "(None: fewer than three, or all equal)",
+    )
+    effective_count: int | None = Field(
+        default=None,
+        description="where successive values are correlated (autocorrelation r beyond white "
+        "noise's 95% band), the effective sample size n (1 - r) / (1 + r) the intervals are "
+        "drawn from; None: they treat every value as independent",
+    )
 
     def percentile(self, p: float) -> Percentile:
         for candidate in (self.headline, self.median, *self.percentiles):

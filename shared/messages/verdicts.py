@@ -39,9 +39,11 @@ class ReasonCode(StrEnum):
     MEASURED_UNDER_CONTENTION = "measured_under_contention"
     TTFT_BOUND_MISSED = "ttft_bound_missed"
     TPOT_BOUND_MISSED = "tpot_bound_missed"
+    E2E_BOUND_MISSED = "e2e_bound_missed"
     TOKEN_BOUND_UNPROVEN = "token_bound_unproven"
     REQUESTS_FAILED = "requests_failed"
     TOKEN_COUNTS_DISAGREE = "token_counts_disagree"
+    STEADY_WINDOW_SHORT = "steady_window_short"
 
 
 class Severity(StrEnum):

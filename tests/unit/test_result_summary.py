@@ -17,7 +17,9 @@ from shared.messages import (
     EvaluationMeasured,
     GeneratedRequest,
     GenerationRecord,
+    ReasonCode,
     Scenario,
+    ServedRun,
 )
 
 WARMUP = WarmupReport(
@@ -204,3 +206,91 @@ def test_a_generation_under_loadgen_keeps_loadgens_verdict_and_dlscopes_token_st
 def test_a_measurement_carries_exactly_one_run() -> None:
     with pytest.raises(ValueError, match="exactly one of run"):
         EvaluationMeasured(evaluation_id=uuid.uuid4(), agent_id="a", load_ns=1)
+
+
+def _served_generation(scenario: Scenario, requests: int = 64) -> EvaluationMeasured:
+    """A language model's server run of ``requests`` Poisson arrivals 250 ms apart: each
+    request's first chunk 80 ms after its arrival, 15 more 20 ms apart (a 380 ms generation),
+    issued a tenth of a millisecond late, on a quiet machine."""
+    ms = 1_000_000
+    made = [
+        GeneratedRequest(
+            scheduled_ns=i * 250 * ms,
+            issued_ns=i * 250 * ms + ms // 10,
+            token_ns=[i * 250 * ms + (80 + 20 * k) * ms for k in range(16)],
+            input_tokens=20,
+            stopped_by="max_new_tokens",
+            counted_tokens=16,
+            finish_reason="length",
+        )
+        for i in range(requests)
+    ]
+    timed = TimedPhase(
+        samples_per_query=1,
+        first_query_ns=400 * ms,
+        warmup=WARMUP,
+        latencies_ns=tuple(r.token_ns[-1] - r.scheduled_ns for r in made),
+        duration_ns=requests * 250 * ms,
+        overhead=HarnessOverhead(per_query_ns=100_000.0, timer_floor_ns=100.0, method="test"),
+        stopped_by="schedule",
+        issue_delays_ns=(ms // 10,) * requests,
+    )
+    return EvaluationMeasured(
+        evaluation_id=uuid.uuid4(),
+        agent_id="a",
+        scenario=scenario,
+        load_ns=1,
+        run=ScenarioResult(scenario=scenario.measurement(), sample_count=16, phases=(timed,)),
+        generation=GenerationRecord(
+            max_new_tokens=16,
+            ignore_eos=True,
+            duration_ns=requests * 250 * ms,
+            requests=made,
+            timed="chunk",
+            served=ServedRun(
+                url="http://127.0.0.1:8000/v1",
+                model="smollm2",
+                api="completions",
+                client_lag_ns=[ms // 10] * requests,
+            ),
+            load="open",
+        ),
+    )
+
+
+def test_a_language_models_server_run_without_bounds_is_judged_on_nothing_it_did_not_ask() -> None:
+    scenario = Scenario(name="server", target_qps=4.0, iterations=64, max_new_tokens=16)
+    summary = summarize(_served_generation(scenario))
+    assert summary.verdict is not None
+    # Its 380 ms generations are far beyond the image models' default 10 ms latency bound, and
+    # 64 requests cannot back a p99 of a query's latency: neither was asked of a generation.
+    assert summary.p99_ms > scenario.latency_bound_ms
+    assert summary.verdict.status == "VALID", summary.verdict.reasons
+    codes = summary.verdict.codes
+    assert ReasonCode.LATENCY_BOUND_MISSED not in codes
+    assert ReasonCode.HEADLINE_IS_BOUND not in codes
+    assert ReasonCode.LOAD_GENERATOR_LATE not in codes
+
+
+def test_the_token_bounds_asked_judge_a_language_models_server_run() -> None:
+    scenario = Scenario(
+        name="server", target_qps=4.0, iterations=64, ttft_bound_ms=100, e2e_bound_ms=300
+    )
+    summary = summarize(_served_generation(scenario))
+    assert summary.verdict is not None
+    assert summary.verdict.status == "INVALID"
+    (missed,) = summary.verdict.errors
+    assert missed.code is ReasonCode.E2E_BOUND_MISSED
+    assert missed.measured == pytest.approx(380)
+    assert missed.limit == 300
+    assert summary.generation is not None
+    assert summary.generation.goodput_per_s == 0.0, "no request met its 300 ms E2E bound"
+
+
+def test_an_image_models_server_run_keeps_its_latency_bound() -> None:
+    scenario = Scenario(name="server", target_qps=4.0, iterations=64)
+    image = _served_generation(scenario).model_copy(update={"generation": None})
+    verdict = summarize(image).verdict
+    assert verdict is not None
+    assert ReasonCode.LATENCY_BOUND_MISSED in verdict.codes
+    assert verdict.status == "INVALID"

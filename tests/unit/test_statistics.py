@@ -15,7 +15,7 @@ from shared.measurement import (
     summarize_latencies,
     summarize_repetitions,
 )
-from shared.measurement.statistics import bootstrap_quantile
+from shared.measurement.statistics import bootstrap_quantile, effective_size
 
 # The measurement core's statistics ----------------------------------------------------------
 
@@ -160,3 +160,63 @@ def test_mann_whitney_agrees_with_scipy_where_it_is_installed() -> None:
     theirs = stats.mannwhitneyu(y, x, method="asymptotic")
     assert ours.p_value == pytest.approx(theirs.pvalue, rel=1e-9)
     assert ours.effect_size == pytest.approx(2 * theirs.statistic / (x.size * y.size) - 1)
+
+
+def _ar1(rng: np.random.Generator, n: int, rho: float) -> np.ndarray:
+    """n values of a stationary AR(1) process around 1 ms: each ``rho`` times the last plus
+    noise, as a queue or a noisy neighbour makes successive latencies."""
+    values = np.empty(n)
+    values[0] = rng.normal() / math.sqrt(1 - rho**2)
+    for i in range(1, n):
+        values[i] = rho * values[i - 1] + rng.normal()
+    return 1e6 + 1e4 * values
+
+
+def test_correlated_latencies_get_intervals_of_their_effective_sample_size() -> None:
+    rng = np.random.default_rng(11)
+    trials, covered, naive_covered = 200, 0, 0
+    for trial in range(trials):
+        sample = _ar1(rng, 400, 0.8)
+        stats = summarize_latencies(sample, duration_ns=int(sample.sum()), seed=trial)
+        assert stats.autocorrelation is not None
+        assert stats.effective_count is not None  # said in the result
+        assert stats.effective_count < 400
+        interval = stats.median.interval
+        assert interval is not None
+        covered += interval.low <= 1e6 <= interval.high
+        # The same bootstrap as if the 400 values were independent.
+        naive = bootstrap_quantile(np.sort(sample), 0.5, confidence=0.95, resamples=1000, seed=0)
+        low, high = np.quantile(naive, [0.025, 0.975])
+        naive_covered += low <= 1e6 <= high
+    # n (1 - 0.8) / (1 + 0.8): about 44 effective values of 400; as if independent, the
+    # interval is a third as wide as it should be and misses the true median half the time.
+    assert naive_covered / trials < 0.7
+    assert covered / trials >= 0.88
+
+
+def test_independent_latencies_keep_every_value_in_their_intervals() -> None:
+    sample = np.random.default_rng(12).lognormal(13, 0.4, 2000)
+    stats = summarize_latencies(sample, duration_ns=int(sample.sum()))
+    assert stats.autocorrelation is not None
+    assert abs(stats.autocorrelation) < 1.96 / math.sqrt(2000)
+    assert stats.effective_count is None, "white noise: the intervals use every value"
+
+
+def test_the_effective_size_follows_the_lag_one_autocorrelation() -> None:
+    rng = np.random.default_rng(13)
+    sample = _ar1(rng, 20_000, 0.5)
+    rho, effective = effective_size(sample)
+    assert rho == pytest.approx(0.5, abs=0.03)
+    assert effective == pytest.approx(20_000 * (1 - rho) / (1 + rho), abs=1)
+    assert effective_size(np.arange(2.0)) == (None, 2)  # too few to tell
+    assert effective_size(np.full(10, 3.0)) == (None, 10)  # nothing varies
+
+
+def test_a_comparison_of_correlated_runs_is_not_too_sure() -> None:
+    rng = np.random.default_rng(14)
+    # Two runs of one AR(1) process: the same system, measured twice.
+    significant = sum(
+        compare(_ar1(rng, 400, 0.9), _ar1(rng, 400, 0.9), seed=trial).significant
+        for trial in range(60)
+    )
+    assert significant <= 9, "about 5 % of same-system pairs, not half of them"

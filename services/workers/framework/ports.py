@@ -100,8 +100,10 @@ class Generated:
 
     A served model's request times chunks, not tokens: ``tokens`` are its text's tokens by
     the model's tokenizer, ``token_ns`` the chunks' arrivals, ``reported_*`` the server's own
-    counts; and it may fail (``failure``, a kind of ``endpoint.FAILURES``, with its
-    ``cause``), when it is no latency sample."""
+    counts, ``finish_reason`` the server's word on why it ended; and it may fail
+    (``failure``, a kind of ``endpoint.FAILURES``, with its ``cause``), when it is no latency
+    sample. ``completed_ns``: when the answer's end was read (a served request's ``[DONE]``);
+    None: at its last token."""
 
     issued_ns: int
     prompt_tokens: int
@@ -113,11 +115,21 @@ class Generated:
     reported_tokens: int | None = None
     reported_input_tokens: int | None = None
     chunks: bool = False
+    finish_reason: str | None = None
+    completed_ns: int | None = None
 
     @property
     def ended_ns(self) -> int:
         """When its last token (or chunk) came: what the load shapes time it to."""
         return self.token_ns[-1]
+
+    @property
+    def finished_ns(self) -> int:
+        """When the request was done with, failed or not: from here on, a closed loop's
+        stream waits on its client only."""
+        if self.completed_ns is not None:
+            return self.completed_ns
+        return self.token_ns[-1] if self.token_ns else self.issued_ns
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ server applies its own template).
 
 A request's times are its chunks' (``client.Streamed``): the record says so (``timed:
 chunk``), keeps the tokenizer's and the server's counts, the requests that failed by kind
-(never latency samples), the client's lag in the open loop, and the server's ``/metrics``
-before and after the timed requests.
+(never latency samples: ``truncated`` among them, an answer that ended before the length
+the run pinned, ``shared.measurement.finish``), the client's lag, and the server's
+``/metrics`` before and after the timed requests.
 
 Every request carries the W3C ``traceparent`` of the worker's span for the job, so a server
 that exports OpenTelemetry spans (vLLM's ``--otlp-traces-endpoint``) puts its spans in the
@@ -39,6 +40,7 @@ from services.workers.handover import EndpointOptions, JobInputs, Tracing
 from shared.datasets import Dataset
 from shared.errors import PredictorError
 from shared.manifests import ChatTemplateStep
+from shared.measurement.finish import TRUNCATED, truncation
 from shared.measurement.open_loop import MAX_IN_FLIGHT
 from shared.measurement.progress import OnStep, Step
 from shared.measurement.readings import MachineWatch
@@ -139,9 +141,19 @@ class EndpointBackend:
         )
         assert self._tokenizer is not None
         tokens = self._tokenizer.encode(streamed.text, add_special_tokens=False).ids
-        failure, cause = streamed.failure, streamed.cause
+        failure: str | None = streamed.failure
+        cause = streamed.cause
         if failure is None and not streamed.chunk_ns:  # no time to first token: no sample
             failure, cause = "malformed", "an answer without content"
+        if failure is None:  # read to its end: did it end where the run pinned its length?
+            cause = truncation(
+                pinned=sampling.ignore_eos,
+                max_new_tokens=sampling.max_tokens,
+                finish_reason=streamed.finish_reason,
+                reported_tokens=streamed.completion_tokens,
+                counted_tokens=len(tokens),
+            )
+            failure = None if cause is None else TRUNCATED
         return Generated(
             streamed.issued_ns,
             int(self._asked[index].shape[1]),
@@ -153,6 +165,8 @@ class EndpointBackend:
             reported_tokens=streamed.completion_tokens,
             reported_input_tokens=streamed.prompt_tokens,
             chunks=True,
+            finish_reason=streamed.finish_reason,
+            completed_ns=streamed.completed_ns,
         )
 
     def generate_together(self, indices: Sequence[int]) -> list[Generated]:

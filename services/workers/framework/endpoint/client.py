@@ -42,9 +42,20 @@ __all__ = [
 ]
 
 API = Literal["chat", "completions"]
-# How a request can fail, each counted apart beside the latencies.
-FAILURES = ("http_error", "timeout", "refused", "disconnected", "malformed", "server_error")
-Failure = Literal["http_error", "timeout", "refused", "disconnected", "malformed", "server_error"]
+# How a request can fail, each counted apart beside the latencies; ``truncated`` is judged on
+# an answer read to its end (``shared.measurement.finish``), the others as it is read.
+FAILURES = (
+    "http_error",
+    "timeout",
+    "refused",
+    "disconnected",
+    "malformed",
+    "server_error",
+    "truncated",
+)
+Failure = Literal[
+    "http_error", "timeout", "refused", "disconnected", "malformed", "server_error", "truncated"
+]
 
 # The bias that keeps a token out of a sampled or greedy output (OpenAI's bound).
 _EXCLUDED = -100
@@ -70,7 +81,8 @@ class Sampling:
 @dataclass(frozen=True)
 class Streamed:
     """One request as it went: when it was issued and when each chunk with content came
-    (``time.perf_counter_ns``), the text, and how it ended."""
+    (``time.perf_counter_ns``), the text, and how it ended (``completed_ns``: when the
+    answer's end was read, its ``[DONE]`` or the failure)."""
 
     issued_ns: int
     chunk_ns: list[int] = field(default_factory=list)
@@ -81,6 +93,7 @@ class Streamed:
     completion_tokens: int | None = None
     failure: Failure | None = None
     cause: str | None = None
+    completed_ns: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -114,6 +127,7 @@ class _Reading:
             completion_tokens=_count(self.usage.get("completion_tokens")),
             failure=failure,
             cause=cause,
+            completed_ns=time.perf_counter_ns(),
         )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from services.workers.framework.ports import Generated, GenerationBackend, Prompts
 from services.workers.framework.sessions.measuring import opened
@@ -58,6 +59,8 @@ __all__ = ["GENERATION_WARMUP", "GenerationPlan", "GenerationSession", "generati
 GENERATION_WARMUP = 2
 
 GenerationPlan = SingleStream | Server | Offline | MultiStream
+# The most closed-loop delays a record keeps (GenerationRecord.client_delay_ns's bound).
+_MAX_DELAYS = 100_000
 
 
 def generation_plan(job: RunEvaluation, *, served: bool = False) -> GenerationPlan:
@@ -114,8 +117,9 @@ def generation_plan(job: RunEvaluation, *, served: bool = False) -> GenerationPl
 @dataclass
 class _Timed:
     """What a load shape measured: the driver's result, the timed requests in completion
-    order and when each was scheduled (None: when it was issued), the failed ones and each
-    timed request's lag (the open loop's)."""
+    order and when each was scheduled (None: when it was issued), the failed ones, each
+    timed request's lag (the open loop's) or the client's delay before it (closed loops'),
+    and how the requests were offered (None: by a scenario driver)."""
 
     native: ScenarioResult | None
     loadgen: LoadgenResult | None
@@ -124,6 +128,9 @@ class _Timed:
     duration_ns: int
     failed: list[Generated] = field(default_factory=list)
     lags_ns: list[int] = field(default_factory=list)
+    load: Literal["closed", "open"] | None = None
+    streams: int | None = None
+    delays_ns: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -161,6 +168,12 @@ class GenerationSession:
                     duration_ns=timed.duration_ns,
                     max_new_tokens=job.scenario.max_new_tokens,
                     ignore_eos=job.scenario.ignore_eos,
+                ).model_copy(
+                    update={
+                        "load": timed.load,
+                        "streams": timed.streams,
+                        "client_delay_ns": timed.delays_ns[-_MAX_DELAYS:],
+                    }
                 ),
                 timed.failed,
                 timed.lags_ns,
@@ -210,7 +223,7 @@ class GenerationSession:
             )
             scheduled = [g.issued_ns - lag for g, lag in zip(timed, lags, strict=True)]
             duration = native.phases[0].duration_ns
-            return _Timed(native, None, timed, scheduled, duration, failed, lags)
+            return _Timed(native, None, timed, scheduled, duration, failed, lags, load="open")
         if backend.served or concurrency > 1:
             assert isinstance(plan, SingleStream)
             native, timed, failed = run_streams(
@@ -223,7 +236,18 @@ class GenerationSession:
                 watch=watch,
             )
             # A stream issues each request when it is free: no queue, no scheduled times.
-            return _Timed(native, None, timed, None, native.phases[0].duration_ns, failed)
+            phase = native.phases[0]
+            return _Timed(
+                native,
+                None,
+                timed,
+                None,
+                phase.duration_ns,
+                failed,
+                load="closed",
+                streams=concurrency,
+                delays_ns=list(phase.issue_delays_ns),
+            )
         return self._by_drivers(plan, count, load_ns, watch)
 
     def _by_drivers(

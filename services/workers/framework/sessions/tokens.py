@@ -51,6 +51,7 @@ def record(
                 counted_tokens=max(1, len(g.tokens)) if g.chunks else None,
                 reported_tokens=g.reported_tokens,
                 reported_input_tokens=g.reported_input_tokens,
+                finish_reason=None if g.finish_reason is None else g.finish_reason[:64],
             )
         )
     return GenerationRecord(
