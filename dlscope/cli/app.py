@@ -10,6 +10,7 @@ from dlscope.cli.dlq import dlq
 from dlscope.cli.evaluate import publish, run, submit
 from dlscope.cli.layers import layers_command
 from dlscope.cli.models import models
+from dlscope.cli.outcome import EXIT_STATUS_HELP, SWEEP_EXIT_STATUS_HELP
 from dlscope.cli.repeats import compare_command
 from dlscope.cli.report import report_command
 from dlscope.cli.serving import serve, up
@@ -24,10 +25,10 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-app.command("run")(run)
+app.command("run", epilog=EXIT_STATUS_HELP)(run)
 app.command("up")(up)
 app.command("serve")(serve)
-app.command("submit")(submit)
+app.command("submit", epilog=EXIT_STATUS_HELP)(submit)
 app.command("publish")(publish)
 app.add_typer(db, name="db")
 app.add_typer(dlq, name="dlq")
@@ -38,7 +39,7 @@ app.command("layers")(layers_command)
 app.command("trace")(trace_command)
 app.command("agents")(agents_command)
 app.command("report")(report_command)
-app.command("sweep")(sweep)
+app.command("sweep", epilog=SWEEP_EXIT_STATUS_HELP)(sweep)
 
 
 def main() -> None:

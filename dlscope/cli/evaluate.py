@@ -46,6 +46,7 @@ from dlscope.cli.options import (
     ModelArg,
     run_settings,
 )
+from dlscope.cli.outcome import exit_status, untrusted
 from dlscope.cli.repeats import DEFAULT_MAX_SPREAD, run_arguments, run_repeated
 from dlscope.cli.spread import spread_options
 from dlscope.cli.tables import generation_table, layers_table, summary_table
@@ -174,6 +175,8 @@ def _show(evaluated: Evaluated, json_path: Path | None) -> None:
         console.print(evaluated.footer)
     if json_path is not None:
         console.print(f"full result written to {json_path}")
+    if status := exit_status(result):
+        raise untrusted(result, status)
 
 
 @spread_options

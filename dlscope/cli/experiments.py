@@ -12,6 +12,7 @@ from rich.table import Table
 
 from dlscope.cli.client import Compared
 from dlscope.cli.machine import cost_cells
+from dlscope.cli.outcome import EXIT_FAILED, exit_status, worst
 from dlscope.cli.terminal import console, fail
 from shared.messages import DeviceLease, ExperimentComparison, MemberResult, PairParity
 
@@ -109,9 +110,11 @@ def _parity(
     if parity is None or not parity.comparable:
         return "[yellow]not comparable[/]"
     mark = "[green]ok[/]" if parity.within_tolerance else "[red]out of tolerance[/]"
+    if parity.tokens_compared is not None:  # greedy tokens: how many agree, never arithmetic
+        return f"{mark} {parity.tokens_agreeing} of {parity.tokens_compared} greedy tokens agree"
     agreement = "" if parity.top1_agreement is None else f", top-1 {parity.top1_agreement:.0%}"
     cosine = "" if parity.min_cosine is None else f", cosine >= {parity.min_cosine:.7f}"
-    return f"{mark} max |diff| {parity.max_abs_error:.1e}{agreement}{cosine}"
+    return f"{mark} max |diff| {parity.max_abs_error or 0.0:.1e}{agreement}{cosine}"
 
 
 def print_comparison(
@@ -126,8 +129,12 @@ def print_comparison(
     elif comparison.parity_ok is False:
         for pair in comparison.parity:
             if not pair.within_tolerance:
+                reference = pair.reference_name or pair.reference
+                candidate = pair.candidate_name or pair.candidate
+                # Greedy tokens' reason says what they are held to; no atol applies.
+                held = "" if pair.tokens_compared is not None else f" ({within})"
                 console.print(
-                    f"parity: {pair.reference} vs {pair.candidate}: {pair.reason} ({within})",
+                    f"parity: {reference} vs {candidate}: {pair.reason}{held}",
                     soft_wrap=True,
                 )
     if not comparison.complete:
@@ -189,7 +196,8 @@ def _print_order(lines: list[str]) -> None:
 
 def show_comparison(compared: Compared, json_path: Path | None) -> None:
     """The comparison table, how the members shared their devices, where it is stored; exit 1
-    when a member failed or two members' outputs disagree."""
+    when a member failed or two members' outputs disagree, else 3 or 4 when a member's result
+    is INVALID (``outcome``)."""
     comparison = compared.comparison
     if comparison is None:
         raise fail(f"experiment {compared.experiment_id} failed: {compared.error}", 1)
@@ -201,4 +209,11 @@ def show_comparison(compared: Compared, json_path: Path | None) -> None:
     if json_path is not None:
         console.print(f"full result written to {json_path}")
     if comparison.failures or comparison.parity_ok is False:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
+    status = worst(
+        exit_status({"verdict": member.verdict.model_dump(mode="json")})
+        for member in comparison.evaluations
+        if member.verdict is not None
+    )
+    if status:
+        raise typer.Exit(status)

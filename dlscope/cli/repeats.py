@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
 from dlscope.cli.live import LINES_ENV, LiveEvaluations, columns, parse_line
 from dlscope.cli.machine import run_cells
+from dlscope.cli.outcome import EXIT_FAILURES, EXIT_INVALID, EXIT_OK, worst
 from dlscope.cli.terminal import console, errors, fail
 from shared.config import child_environment
 from shared.measurement import compare, summarize_repetitions
@@ -95,6 +97,7 @@ def run_repeated(
     spread of their medians over ``max_spread``, naming the run farthest from the others."""
     runs: list[list[int]] = []
     extra: list[list[str]] = []  # each run's CPU per query and verdict
+    statuses: list[int] = []  # an INVALID run is a run: its spread counts, its status too
     percentile = 0.9
     with (
         tempfile.TemporaryDirectory(prefix="dlscope-repeat-") as scratch,
@@ -110,8 +113,9 @@ def run_repeated(
                 LiveEvaluations(bar),
             )
             bar.advance(task)
-            if status != 0:
+            if status not in (EXIT_OK, EXIT_INVALID, EXIT_FAILURES):
                 raise fail(f"run {number} of {repeats} failed: {stderr.strip()}", 1)
+            statuses.append(status)
             document = json.loads(result.read_text())
             latencies, percentile = _latencies(document, f"run {number}")
             runs.append(latencies)
@@ -143,20 +147,47 @@ def run_repeated(
         )
     else:
         console.print(f"within {max_spread:.1%} (--max-spread); {farthest}")
+    if status := worst(statuses):
+        raise typer.Exit(status)
 
 
 def compare_command(
     baseline: Annotated[Path, typer.Argument(help="a result written by `dlscope run --json`")],
     candidate: Annotated[Path, typer.Argument(help="another one, to compare with the first")],
+    allow_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--allow-invalid",
+            help="compare even when a result is INVALID, its difference flagged as no evidence",
+        ),
+    ] = False,
 ) -> None:
     """Whether two results differ by more than their noise: the difference of their medians
-    with a bootstrap interval, a Mann-Whitney test and the effect size."""
+    with a bootstrap interval, a Mann-Whitney test and the effect size. An INVALID result
+    (its verdict's errors: interference, too few queries, ...) is refused, exit status 3:
+    its latencies are not the system's, so no difference against it is evidence; with
+    --allow-invalid the comparison is made and flagged as such."""
     documents = []
     for path in (baseline, candidate):
         try:
             documents.append(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError) as exc:
             raise fail(f"{path}: cannot read a result: {exc}", 2) from exc
+    invalid = [
+        said
+        for document, path, role in zip(
+            documents, (baseline, candidate), ("baseline", "candidate"), strict=True
+        )
+        if (said := _invalid(document, f"the {role} {path}")) is not None
+    ]
+    if invalid and not allow_invalid:
+        for said in invalid[:-1]:
+            errors.print(f"[bold red]error:[/] {escape(said)}", soft_wrap=True, highlight=False)
+        raise fail(
+            f"{invalid[-1]}; a difference against an INVALID result is no evidence: rerun it "
+            "on a quiet machine, or compare anyway with --allow-invalid",
+            EXIT_INVALID,
+        )
     base, _ = _latencies(documents[0], str(baseline))
     other, _ = _latencies(documents[1], str(candidate))
     result = compare(base, other)
@@ -173,4 +204,18 @@ def compare_command(
         if result.significant
         else f"not significant ({p}): within the runs' noise"
     )
-    console.print(verdict)
+    if invalid:
+        verdict = "[bold red]NOT EVIDENCE[/]: " + escape(f"{verdict}, but {'; '.join(invalid)}")
+    console.print(verdict, soft_wrap=True, highlight=False)
+
+
+def _invalid(document: dict[str, Any], which: str) -> str | None:
+    """Why ``document``'s result is INVALID (its errors' codes), or None when it is VALID or
+    judged by nothing dlscope knows (LoadGen's)."""
+    verdict = (document.get("evaluation", {}).get("result") or {}).get("verdict")
+    if not isinstance(verdict, dict) or verdict.get("status") != "INVALID":
+        return None
+    codes = sorted(
+        {r.get("code", "?") for r in verdict.get("reasons", ()) if r.get("severity") == "error"}
+    )
+    return f"{which} is INVALID ({', '.join(codes)})"

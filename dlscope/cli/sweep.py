@@ -5,7 +5,11 @@ with ``--search``, the goodput search for the highest number of streams or rate 
 TPOT meet their bounds (``shared.measurement.goodput``).
 
 Each load is an ordinary evaluation (stored, traced, with its own verdict), run one after
-another on the same deployment: embedded, or a gateway's with ``--gateway``.
+another on the same deployment: embedded, or a gateway's with ``--gateway``. A load whose run
+was INVALID for anything but the bounds it is judged on (other processes on the CPUs, a late
+client, failed or truncated requests: ``goodput.disturbance``) is disturbed: it is measured
+once more, and if it is disturbed again the table says so and why, a search stops there with
+its answer uncertain, and the exit status says it (``outcome``).
 """
 
 from __future__ import annotations
@@ -21,11 +25,19 @@ from rich.table import Table
 from dlscope.cli.client import Client
 from dlscope.cli.gateway_options import Token, gateway_option
 from dlscope.cli.options import EndpointOpt, EvaluationOptions, ModelArg, run_settings
+from dlscope.cli.outcome import exit_status, worst
 from dlscope.cli.spread import spread_options
 from dlscope.cli.target import client_for
 from dlscope.cli.terminal import console, fail
-from shared.measurement.goodput import Search, goodput_search, judge_probe, rate_search
-from shared.messages import GenerationSummary
+from shared.measurement.goodput import (
+    Outcome,
+    Search,
+    disturbance,
+    goodput_search,
+    judge_probe,
+    rate_search,
+)
+from shared.messages import GenerationSummary, Verdict
 
 __all__ = ["sweep"]
 
@@ -111,42 +123,26 @@ def sweep(
     endpoint: EndpointOpt = None,
 ) -> None:
     """Run a language model at several loads and compare TTFT, TPOT, tokens/s and goodput;
-    with --search, find the highest load that meets the TTFT and TPOT bounds."""
+    with --search, find the highest load that meets the TTFT, TPOT and E2E bounds given. A
+    load INVALID beyond its bounds (disturbed) is measured once more, and said."""
     options, kind = _checked(options, over, search, start_rate)
     asked = [] if search else _levels(levels, kind)
     client = client_for(gateway, token, run_settings(endpoint))
-    results: dict[float, dict[str, Any]] = {}
-
-    def measure(level: float) -> GenerationSummary:
-        console.print(f"load: {_load(level, kind)}…")
-        if kind == "streams":
-            chosen = dataclasses.replace(options, concurrency=int(level))
-        elif kind == "batch":
-            chosen = dataclasses.replace(options, batch_size=int(level))
-        else:
-            chosen = dataclasses.replace(options, qps=level)
-        evaluated = client.evaluate(chosen.request(model, requested_by="dlscope sweep"), wait=True)
-        assert evaluated is not None
-        evaluation = evaluated.evaluation
-        if evaluation["status"] != "completed":
-            raise fail(f"the load of {_load(level, kind)} failed: {evaluation['error']}", 1)
-        generation = evaluation["result"].get("generation")
-        if generation is None:
-            raise fail(f"{model} is not a language model: a sweep varies its generation load", 2)
-        results[level] = evaluation
-        return GenerationSummary.model_validate(generation)
-
+    loads = _Loads(model, options, kind, client)
     percentile = options.slo_percentile or 0.99
     found = None
     if search:
 
-        def probe(level: float) -> Any:
-            return judge_probe(
-                measure(level),
+        def probe(level: float) -> Outcome:
+            summary, disturbed = loads.measure(level)
+            judgement, reason = judge_probe(
+                summary,
                 ttft_bound_ms=options.ttft_bound,
                 tpot_bound_ms=options.tpot_bound,
+                e2e_bound_ms=options.e2e_bound,
                 percentile=percentile,
             )
+            return judgement, reason, disturbed
 
         if kind == "streams":
             found = goodput_search(probe, max_concurrency=max_concurrency)
@@ -154,11 +150,66 @@ def sweep(
             found = rate_search(probe, start=start_rate, max_rate=max_rate, resolution=resolution)
     else:
         for level in asked:
-            measure(level)
-    _show(model, options, results, found, percentile, kind)
+            if loads.measure(level)[1] is not None:
+                console.print(f"{_load(level, kind)} was disturbed: measuring it once more")
+                loads.measure(level)
+    _show(model, options, loads, found, percentile, kind)
     if json_path is not None:
-        _write(json_path, results, found)
+        _write(json_path, loads.results, found, loads.disturbed_first)
     _close(client)
+    status = loads.status(found)
+    if status:
+        raise typer.Exit(status)
+
+
+@dataclasses.dataclass
+class _Loads:
+    """The loads measured, each one evaluation (the last where a load was measured twice),
+    and why each load measured twice was disturbed the first time."""
+
+    model: str
+    options: EvaluationOptions
+    kind: Over
+    client: Client
+    results: dict[float, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    disturbed_first: dict[float, str] = dataclasses.field(default_factory=dict)
+
+    def measure(self, level: float) -> tuple[GenerationSummary, str | None]:
+        """The load's token statistics, and why its run was disturbed (None: it was not)."""
+        kind, options, model = self.kind, self.options, self.model
+        console.print(f"load: {_load(level, kind)}…")
+        if kind == "streams":
+            chosen = dataclasses.replace(options, concurrency=int(level))
+        elif kind == "batch":
+            chosen = dataclasses.replace(options, batch_size=int(level))
+        else:
+            chosen = dataclasses.replace(options, qps=level)
+        request = chosen.request(model, requested_by="dlscope sweep")
+        evaluated = self.client.evaluate(request, wait=True)
+        assert evaluated is not None
+        evaluation = evaluated.evaluation
+        if evaluation["status"] != "completed":
+            raise fail(f"the load of {_load(level, kind)} failed: {evaluation['error']}", 1)
+        result = evaluation["result"]
+        generation = result.get("generation")
+        if generation is None:
+            raise fail(f"{model} is not a language model: a sweep varies its generation load", 2)
+        if level in self.results and (before := _disturbed(self.results[level])) is not None:
+            self.disturbed_first[level] = before
+        self.results[level] = evaluation
+        return GenerationSummary.model_validate(generation), _disturbed(evaluation)
+
+    def status(self, search: Search | None) -> int:
+        """The sweep's exit status: its loads' worst (``outcome``); a search's, that of the
+        probes left disturbed, since those that miss the bounds are its answer."""
+        if search is None:
+            return worst(exit_status(e["result"]) for e in self.results.values())
+        return worst(exit_status(self.results[p.load]["result"]) for p in search.disturbed)
+
+
+def _disturbed(evaluation: dict[str, Any]) -> str | None:
+    verdict = evaluation["result"].get("verdict")
+    return disturbance(None if verdict is None else Verdict.model_validate(verdict))
 
 
 def _checked(
@@ -168,8 +219,13 @@ def _checked(
     before the first load runs."""
     if options.selection() is not None:
         raise fail("a sweep runs one framework: give --framework one name", 2)
-    if search and options.ttft_bound is None and options.tpot_bound is None:
-        raise fail("--search needs a bound to meet: give --ttft-bound and/or --tpot-bound", 2)
+    if search and all(
+        b is None for b in (options.ttft_bound, options.tpot_bound, options.e2e_bound)
+    ):
+        raise fail(
+            "--search needs a bound to meet: give --ttft-bound, --tpot-bound and/or --e2e-bound",
+            2,
+        )
     kind: Over
     if over == "streams":
         kind = "streams"
@@ -231,7 +287,7 @@ def _ms(summary: GenerationSummary, metric: str, percentile: float) -> str:
 def _show(
     model: str,
     options: EvaluationOptions,
-    results: dict[float, dict[str, Any]],
+    loads: _Loads,
     found: Search | None,
     percentile: float,
     over: Over,
@@ -245,15 +301,14 @@ def _show(
     table = Table(title=f"{model} on {options.framework}: loads ({kind})")
     columns = [{"streams": "streams", "rate": "offered req/s", "batch": "batch size"}[over]]
     columns += ["requests", "tokens/s", "requests/s", "goodput/s"]
-    columns += [f"{label} TTFT ms", f"{label} TPOT ms", "verdict"]
+    columns += [f"{label} TTFT ms", f"{label} TPOT ms", "verdict", "disturbed"]
     if found is not None:
         columns.append("against the bounds")
     for column in columns:
-        table.add_column(
-            column, justify="left" if column.startswith(("verdict", "against")) else "right"
-        )
+        left = column.startswith(("verdict", "against", "disturbed"))
+        table.add_column(column, justify="left" if left else "right")
     judged = {p.load: p for p in found.probes} if found is not None else {}
-    for level, evaluation in sorted(results.items()):
+    for level, evaluation in sorted(loads.results.items()):
         result = evaluation["result"]
         summary = GenerationSummary.model_validate(result["generation"])
         goodput = "-" if summary.goodput_per_s is None else f"{summary.goodput_per_s:.2f}"
@@ -266,21 +321,42 @@ def _show(
             _ms(summary, "ttft", percentile),
             _ms(summary, "tpot", percentile),
             (result.get("verdict") or {}).get("status", "-"),
+            _disturbed_cell(_disturbed(evaluation), loads.disturbed_first.get(level)),
         ]
         if found is not None:
             probe = judged.get(level)
             row.append("-" if probe is None else f"{probe.judgement}: {probe.reason}")
         table.add_row(*row)
     console.print(table)
+    for level, evaluation in sorted(loads.results.items()):
+        if (why := _disturbed(evaluation)) is not None:
+            console.print(
+                f"{_load(level, over)}: disturbed twice, its figures are not the load's: {why}",
+                soft_wrap=True,
+                highlight=False,
+                markup=False,
+            )
     if found is not None:
         console.print(_conclusion(found, options, label, over), soft_wrap=True, highlight=False)
 
 
+def _disturbed_cell(now: str | None, first: str | None) -> str:
+    """What the disturbed column says of a load: disturbed twice, re-measured, or not."""
+    if now is not None:
+        return "twice: " + _codes(now)
+    if first is not None:
+        return "re-measured (first: " + _codes(first) + ")"
+    return "-"
+
+
+def _codes(disturbed: str) -> str:
+    return ", ".join(part.split(":", 1)[0] for part in disturbed.split("; "))
+
+
 def _conclusion(found: Search, options: EvaluationOptions, label: str, over: Over) -> str:
+    given = (("TTFT", options.ttft_bound), ("TPOT", options.tpot_bound), ("E2E", options.e2e_bound))
     bounds = " and ".join(
-        f"{label} {name} ≤ {bound:g} ms"
-        for name, bound in (("TTFT", options.ttft_bound), ("TPOT", options.tpot_bound))
-        if bound is not None
+        f"{label} {name} ≤ {bound:g} ms" for name, bound in given if bound is not None
     )
     unit = "stream(s)" if over == "streams" else "requests/s"
     said = f"goodput search: the highest load meeting {bounds}"
@@ -297,7 +373,13 @@ def _conclusion(found: Search, options: EvaluationOptions, label: str, over: Ove
         f"[{found.found:g}, {found.below:g})" if found.below is not None else f"≥ {found.found:g}"
     )
     said += f" lies in {where} {unit}"
-    if found.unresolved is not None:
+    if found.disturbed:
+        loads = ", ".join(f"{p.load:g}" for p in found.disturbed)
+        said += (
+            f"; uncertain: the probe at {loads} was INVALID beyond the bounds twice (disturbed: "
+            "see above), so the search did not decide on it: rerun it on a quiet machine"
+        )
+    elif found.unresolved is not None:
         said += (
             f"; the probe at {found.unresolved:g} was indeterminate (its interval straddles a "
             "bound, or too few requests for that percentile): run longer (-n) to decide"
@@ -310,14 +392,24 @@ def _conclusion(found: Search, options: EvaluationOptions, label: str, over: Ove
     return said
 
 
-def _write(path: Path, results: dict[float, dict[str, Any]], found: Search | None) -> None:
-    document: dict[str, Any] = {"loads": {f"{c:g}": e for c, e in sorted(results.items())}}
+def _write(
+    path: Path,
+    results: dict[float, dict[str, Any]],
+    found: Search | None,
+    disturbed_first: dict[float, str],
+) -> None:
+    document: dict[str, Any] = {
+        "loads": {f"{c:g}": e for c, e in sorted(results.items())},
+        # Loads measured twice: why the first run was disturbed (the loads hold the second).
+        "remeasured": {f"{c:g}": why for c, why in sorted(disturbed_first.items())},
+    }
     if found is not None:
         document["search"] = {
             "found": found.found,
             "below": found.below,
             "unresolved": found.unresolved,
             "exact": found.exact,
+            "uncertain": [p.load for p in found.disturbed],
             "resolution": found.resolution,
             "probes": [dataclasses.asdict(p) for p in found.probes],
         }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -31,7 +32,7 @@ from shared.messages import (
     PairParity,
 )
 
-__all__ = ["Experiment", "ExperimentEvent", "Outcome", "compare", "evolve"]
+__all__ = ["Experiment", "ExperimentEvent", "Outcome", "compare", "evolve", "member_names"]
 
 Outcome = EvaluationCompleted | EvaluationFailed
 ExperimentEvent = ExperimentScheduled | EvaluationCompleted | EvaluationFailed
@@ -77,8 +78,9 @@ def compare(state: Experiment) -> ExperimentComparison:
         for member in plan.members
         if isinstance(outcome := state.outcomes.get(member.evaluation_id), EvaluationCompleted)
     ]
+    names = member_names(plan.members)
     parity = [
-        _parity(reference, candidate, plan)
+        _parity(reference, candidate, plan, names)
         for reference, candidate in itertools.combinations(completed, 2)
     ]
     failures = list(plan.skipped) + [
@@ -146,20 +148,42 @@ def _tokens(generation: GenerationSummary | None) -> ComparedTokens | None:
     )
 
 
+def member_names(members: list[ExperimentMember]) -> dict[uuid.UUID, str]:
+    """Each member as a reader knows it: its framework, with its agent where two members
+    share a framework (two servers behind endpoint workers), and its model where two share
+    both."""
+    frameworks = Counter(m.framework for m in members)
+    agents = Counter((m.framework, m.agent_id) for m in members)
+    names = {}
+    for m in members:
+        name = m.framework if frameworks[m.framework] == 1 else f"{m.framework} ({m.agent_id})"
+        if agents[(m.framework, m.agent_id)] > 1:
+            name = f"{name} {m.model}"
+        names[m.evaluation_id] = name
+    return names
+
+
 def _parity(
     reference: tuple[uuid.UUID, EvaluationCompleted],
     candidate: tuple[uuid.UUID, EvaluationCompleted],
     plan: ExperimentScheduled,
+    names: Mapping[uuid.UUID, str],
 ) -> PairParity:
     (reference_id, ours), (candidate_id, theirs) = reference, candidate
     mine, other = ours.result.fingerprint, theirs.result.fingerprint
+    named = {
+        "reference_name": names.get(reference_id, str(reference_id)),
+        "candidate_name": names.get(candidate_id, str(candidate_id)),
+    }
     if mine is None or other is None:
-        missing = reference_id if mine is None else candidate_id
+        missing = named["reference_name" if mine is None else "candidate_name"]
         return PairParity(
             reference=reference_id,
             candidate=candidate_id,
             comparable=False,
             within_tolerance=False,
-            reason=f"evaluation {missing} recorded no output fingerprint",
+            reason=f"{missing} recorded no output fingerprint",
+            **named,
         )
-    return compare_outputs(reference_id, mine, candidate_id, other, plan.tolerance)
+    compared = compare_outputs(reference_id, mine, candidate_id, other, plan.tolerance)
+    return compared.model_copy(update=named)

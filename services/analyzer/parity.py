@@ -17,6 +17,12 @@ reference framework's).
 Top-1 agreement is the fraction of samples, over every output that has a batch dimension,
 whose largest value is at the same index. The pair is within tolerance when every output is
 and the agreement reaches ``min_top1_agreement``.
+
+A generation's fingerprint is its greedy tokens (an output of ``kind`` "tokens"): token ids
+are names, not quantities, so they are compared position by position and nothing else: how
+many agree of how many (the longer of the two: a token one side lacks disagrees), and where
+they first part. No difference or cosine of ids is computed; the agreement is the top-1
+agreement, held to ``min_top1_agreement``.
 """
 
 from __future__ import annotations
@@ -70,6 +76,8 @@ def compare_outputs(
                 f"output {ours.name!r} has shape {ours.shape} here and {theirs.shape} there"
             )
 
+    if all(_is_tokens(reference, ours) for ours, _ in pairs):
+        return _compare_tokens(reference_id, candidate_id, pairs, tolerance)
     outputs = [_compare(ours, theirs, tolerance) for ours, theirs in pairs]
     agree = total = 0
     for ours, theirs in pairs:
@@ -97,6 +105,59 @@ def compare_outputs(
         within_tolerance=not problems,
         reason="; ".join(problems) or None,
     )
+
+
+def _is_tokens(fingerprint: OutputFingerprint, output: OutputSample) -> bool:
+    """A generation's greedy tokens: so marked, or (recorded before the mark) its output named
+    "tokens" of greedy tokens of a prompt."""
+    if output.kind == "tokens":
+        return True
+    return output.name == "tokens" and fingerprint.inputs.description.endswith("greedy tokens")
+
+
+def _compare_tokens(
+    reference_id: uuid.UUID,
+    candidate_id: uuid.UUID,
+    pairs: list[tuple[OutputSample, OutputSample]],
+    tolerance: ParityTolerance,
+) -> PairParity:
+    """Greedy tokens, position by position: how many agree, of how many, where they part."""
+    agree = compared = 0
+    first: int | None = None
+    for ours, theirs in pairs:
+        length = max(len(ours.top1), len(theirs.top1))
+        for position in range(length):
+            same = position < min(len(ours.top1), len(theirs.top1)) and (
+                ours.top1[position] == theirs.top1[position]
+            )
+            agree += same
+            if not same and first is None:
+                first = compared + position + 1
+        compared += length
+    agreement = agree / compared if compared else None
+    said = _agreement(agree, compared, first)
+    within = agreement is None or agreement >= tolerance.min_top1_agreement
+    return PairParity(
+        reference=reference_id,
+        candidate=candidate_id,
+        comparable=True,
+        top1_agreement=agreement,
+        bitwise_identical=all(ours.sha256 == theirs.sha256 for ours, theirs in pairs),
+        within_tolerance=within,
+        reason=None if within else f"{said} (at least {tolerance.min_top1_agreement:.0%} asked)",
+        tokens_agreeing=agree,
+        tokens_compared=compared,
+        first_difference=first,
+    )
+
+
+def _agreement(agree: int, compared: int, first: int | None) -> str:
+    said = f"{agree} of {compared} greedy tokens agree"
+    if first is None:
+        return said
+    if first == 1:
+        return f"{said} (they part at the first token)"
+    return f"{said} (the first {first - 1}, then they part at token {first})"
 
 
 def _matched(

@@ -11,6 +11,13 @@ be estimated, is already beyond: the true one is at least that), and it is **ind
 otherwise: the interval straddles a bound, or too few requests make the percentile a bound
 that is within it. The search stops at an indeterminate probe rather than guess, and says
 where the answer lies.
+
+A probe whose run was INVALID for anything but the bounds it is judged on (other processes
+on the CPUs, a late client, failed or truncated requests, too few requests: ``disturbance``)
+is **disturbed**: its figures are not the load's, so the search never decides on it
+silently. It measures that load once more; if the second run is disturbed too, the search
+stops there as at an indeterminate probe, and the answer is uncertain, with why
+(``Search.disturbed``).
 """
 
 from __future__ import annotations
@@ -19,11 +26,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from shared.messages import GenerationSummary, LatencyStatistics
+from shared.messages import GenerationSummary, LatencyStatistics, ReasonCode, Verdict
 
-__all__ = ["Judgement", "Probe", "Search", "goodput_search", "judge_probe", "rate_search"]
+__all__ = [
+    "Judgement",
+    "Outcome",
+    "Probe",
+    "Search",
+    "disturbance",
+    "goodput_search",
+    "judge_probe",
+    "rate_search",
+]
 
 Judgement = Literal["meets", "misses", "indeterminate"]
+# What a probe returns: its judgement and why; and why its run was disturbed, where it was.
+Outcome = tuple[Judgement, str] | tuple[Judgement, str, str | None]
+
+# The errors that judge a probe's load against its bounds, rather than disturb it.
+_BOUNDS = frozenset(
+    {ReasonCode.TTFT_BOUND_MISSED, ReasonCode.TPOT_BOUND_MISSED, ReasonCode.E2E_BOUND_MISSED}
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +54,19 @@ class Probe:
     load: float  # concurrent streams, or requests per second
     judgement: Judgement
     reason: str
+    # Why its run was INVALID beyond the bounds (None: it was not), and whether it is the
+    # second measurement of a load whose first was disturbed.
+    disturbed: str | None = None
+    remeasured: bool = False
+
+
+def disturbance(verdict: Verdict | None) -> str | None:
+    """Why a probe's run was INVALID for anything but its bounds (the errors' codes and
+    messages), or None when it was not."""
+    if verdict is None:
+        return None
+    errors = [r for r in verdict.errors if r.code not in _BOUNDS]
+    return "; ".join(f"{r.code}: {r.message}" for r in errors) or None
 
 
 @dataclass
@@ -48,6 +84,12 @@ class Search:
     unresolved: float | None = None
     probes: list[Probe] = field(default_factory=list)
     resolution: float | None = None  # None: loads are whole streams
+
+    @property
+    def disturbed(self) -> list[Probe]:
+        """The probes disturbed both times they were measured: the search stopped at the
+        first, and the answer is uncertain for it."""
+        return [p for p in self.probes if p.disturbed is not None and p.remeasured]
 
     @property
     def exact(self) -> bool:
@@ -89,11 +131,13 @@ def judge_probe(
     ttft_bound_ms: float | None,
     tpot_bound_ms: float | None,
     percentile: float,
+    e2e_bound_ms: float | None = None,
 ) -> tuple[Judgement, str]:
     """One load's verdict against the bounds, and why."""
     judged = [
         _judge_metric("TTFT", summary.ttft, ttft_bound_ms, percentile),
         _judge_metric("TPOT", summary.tpot, tpot_bound_ms, percentile),
+        _judge_metric("E2E", summary.e2e, e2e_bound_ms, percentile),
     ]
     for outcome in ("misses", "indeterminate"):
         reasons = [reason for judgement, reason in judged if judgement == outcome]
@@ -102,9 +146,7 @@ def judge_probe(
     return "meets", "; ".join(reason for _, reason in judged if reason)
 
 
-def goodput_search(
-    probe: Callable[[int], tuple[Judgement, str]], *, max_concurrency: int
-) -> Search:
+def goodput_search(probe: Callable[[int], Outcome], *, max_concurrency: int) -> Search:
     """Double the load from 1 while it meets the bounds (up to ``max_concurrency``), then
     bisect between the last that met and the first that missed."""
     search = Search()
@@ -121,7 +163,7 @@ RATE_HALVINGS = 6
 
 
 def rate_search(
-    probe: Callable[[float], tuple[Judgement, str]],
+    probe: Callable[[float], Outcome],
     *,
     start: float,
     max_rate: float,
@@ -149,16 +191,22 @@ def rate_search(
     return search
 
 
-def _trying(
-    search: Search, probe: Callable[[float], tuple[Judgement, str]]
-) -> Callable[[float], Judgement]:
+def _trying(search: Search, probe: Callable[[float], Outcome]) -> Callable[[float], Judgement]:
     """``probe``, each load's judgement kept in ``search``: a load that meets the bounds is
     the highest found so far, one that misses the lowest above it, one that cannot tell
-    where the search stops."""
+    (or disturbed twice: measured again once first) where the search stops."""
 
     def tried(load: float) -> Judgement:
-        judgement, reason = probe(load)
-        search.probes.append(Probe(load, judgement, reason))
+        judgement, reason, disturbed = _outcome(probe(load))
+        if disturbed is not None:  # set aside, and measured once more
+            search.probes.append(Probe(load, judgement, reason, disturbed))
+            judgement, reason, disturbed = _outcome(probe(load))
+            search.probes.append(Probe(load, judgement, reason, disturbed, remeasured=True))
+        else:
+            search.probes.append(Probe(load, judgement, reason))
+        if disturbed is not None:
+            search.unresolved = load
+            return "indeterminate"
         if judgement == "meets":
             search.found = load
         elif judgement == "misses":
@@ -168,6 +216,13 @@ def _trying(
         return judgement
 
     return tried
+
+
+def _outcome(outcome: Outcome) -> tuple[Judgement, str, str | None]:
+    if len(outcome) == 2:
+        judgement, reason = outcome
+        return judgement, reason, None
+    return outcome
 
 
 def _double(tried: Callable[[float], Judgement], start: float, largest: float) -> Judgement:

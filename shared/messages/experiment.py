@@ -250,6 +250,20 @@ class PairParity(_Bounded):
     bitwise_identical: bool = False
     within_tolerance: bool
     reason: Reason | None = Field(default=None, description="why not comparable or not within")
+    # A generation's greedy tokens, compared position by position (never as numbers: no
+    # max_abs_error or cosine then). Optional, so comparisons recorded before them read.
+    tokens_agreeing: int | None = Field(
+        default=None, ge=0, description="greedy tokens identical at the same position"
+    )
+    tokens_compared: int | None = Field(
+        default=None, ge=0, description="positions compared (the longer of the two)"
+    )
+    first_difference: int | None = Field(
+        default=None, ge=1, description="the first position (from 1) where they part"
+    )
+    # The members as a reader knows them: the framework, with the agent where two share one.
+    reference_name: str | None = Field(default=None, max_length=512)
+    candidate_name: str | None = Field(default=None, max_length=512)
 
 
 class ExperimentComparison(_Bounded):

@@ -46,6 +46,13 @@ class OutputSample(BaseModel):
         description="per sample (first dimension), the index of the largest value; "
         "empty for outputs without a batch dimension"
     )
+    # Optional, so fingerprints recorded before it read (a generation's "tokens" output
+    # then, told apart by its name and its input set's description).
+    kind: Literal["values", "tokens"] = Field(
+        default="values",
+        description="tokens: a generation's greedy token ids, compared position by position "
+        "(how many agree), never as numbers",
+    )
 
     @field_serializer("values", when_used="json")
     def _finite_or_named(self, values: list[float]) -> list[float | str]:

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pytest
 from rich.console import Console
 
-from dlscope.cli.experiments import comparison_table
+from dlscope.cli.experiments import comparison_table, print_comparison
 from services.analyzer.experiments import Experiment, compare, evolve
 from services.scheduler.agents import AgentEntry
 from services.scheduler.experiments import plan_experiment
 from services.workers.framework.sessions.fingerprint import input_identity, output_fingerprint
+from services.workers.framework.sessions.tokens import tokens_fingerprint
 from shared.errors import ModelNotFound
 from shared.manifests import ModelManifest
 from shared.messages import (
@@ -401,3 +403,50 @@ def test_two_workers_of_one_framework_on_one_host_are_told_apart_in_the_table() 
     assert "box (server-a)" in shown
     assert "box (server-b)" in shown
     assert shown.count("(server-a)") == 1, "a system alone on its host keeps the plain host"
+
+
+def test_greedy_tokens_that_part_are_said_by_member_name_and_count() -> None:
+    def generator(framework: str, agent: str) -> ExperimentMember:
+        return ExperimentMember(
+            evaluation_id=uuid.uuid4(),
+            model="smollm2",
+            model_version="1.1.0",
+            framework=framework,
+            framework_version="1",
+            agent_id=agent,
+            host="box",
+        )
+
+    members = [
+        generator("onnxruntime", "onnx-agent"),
+        generator("endpoint", "llama-server"),
+        generator("endpoint", "vllm-server"),
+    ]
+    plan = PLAN.model_copy(update={"members": members})
+
+    def done(member: ExperimentMember, tokens: list[int]) -> EvaluationCompleted:
+        made = completed(member, 20.0)
+        greedy = tokens_fingerprint(np.asarray([[1, 2, 3]]), tokens, "seeded prompt", "synthetic")
+        return made.model_copy(
+            update={"result": made.result.model_copy(update={"fingerprint": greedy})}
+        )
+
+    same = list(range(100, 116))
+    parted = [*same[:6], 872, *same[7:]]
+    state = fold(plan, done(members[0], same), done(members[1], parted), done(members[2], same))
+    comparison = compare(state)
+    assert comparison.parity_ok is False
+    ours = next(p for p in comparison.parity if p.candidate == members[1].evaluation_id)
+    assert (ours.reference_name, ours.candidate_name) == (
+        "onnxruntime",
+        "endpoint (llama-server)",
+    )
+    assert (ours.tokens_agreeing, ours.tokens_compared, ours.first_difference) == (15, 16, 7)
+    console = Console(width=300, record=True)
+    with patch("dlscope.cli.experiments.console", console):
+        print_comparison("t", comparison)
+    shown = console.export_text()
+    assert "parity: onnxruntime vs endpoint (llama-server): 15 of 16 greedy tokens agree" in shown
+    assert str(members[1].evaluation_id) not in shown, "members by name, never by UUID"
+    assert "differs by" not in shown
+    assert "cosine" not in shown

@@ -5,8 +5,22 @@ from __future__ import annotations
 import pytest
 
 from shared.measurement.generation import summarize_generation
-from shared.measurement.goodput import Judgement, goodput_search, judge_probe, rate_search
-from shared.messages import GeneratedRequest, GenerationRecord
+from shared.measurement.goodput import (
+    Judgement,
+    Outcome,
+    disturbance,
+    goodput_search,
+    judge_probe,
+    rate_search,
+)
+from shared.messages import (
+    GeneratedRequest,
+    GenerationRecord,
+    Reason,
+    ReasonCode,
+    Severity,
+    Verdict,
+)
 
 MS = 1_000_000
 
@@ -122,4 +136,67 @@ def test_a_rate_no_halving_meets_is_not_claimed() -> None:
     found = rate_search(_rate_limit(0.0, []), start=1.0, max_rate=100)
     assert found.found == 0
     assert found.below == 1.0 / 2**6
+    assert not found.exact
+
+
+def _reason(code: ReasonCode, severity: Severity = Severity.ERROR) -> Reason:
+    return Reason(code=code, severity=severity, message=f"{code.value} happened")
+
+
+def test_a_probe_invalid_beyond_its_bounds_is_disturbed() -> None:
+    missed = Verdict(status="INVALID", reasons=(_reason(ReasonCode.TTFT_BOUND_MISSED),))
+    assert disturbance(missed) is None, "missing a bound is the probe's answer, not a disturbance"
+    busy = Verdict(
+        status="INVALID",
+        reasons=(
+            _reason(ReasonCode.TPOT_BOUND_MISSED),
+            _reason(ReasonCode.OTHER_PROCESSES_USED_CPU),
+            _reason(ReasonCode.REQUESTS_FAILED),
+            _reason(ReasonCode.STEADY_WINDOW_SHORT, Severity.WARNING),
+        ),
+    )
+    said = disturbance(busy)
+    assert said is not None
+    assert said.startswith("other_processes_used_cpu: ")
+    assert "requests_failed" in said
+    assert "tpot_bound_missed" not in said
+    assert "steady_window_short" not in said
+    assert disturbance(Verdict(status="VALID", reasons=())) is None
+
+
+def test_a_disturbed_probe_is_measured_once_more_before_the_search_decides() -> None:
+    calls: list[int] = []
+
+    def probe(concurrency: int) -> Outcome:
+        calls.append(concurrency)
+        first_at_4 = concurrency == 4 and calls.count(4) == 1
+        disturbed = "other_processes_used_cpu: 1.4 of 2 cores" if first_at_4 else None
+        judgement: Judgement = "meets" if concurrency <= 5 else "misses"
+        return judgement, "", disturbed
+
+    found = goodput_search(probe, max_concurrency=64)
+    assert calls == [1, 2, 4, 4, 8, 6, 5]
+    assert (found.found, found.below, found.exact) == (5, 6, True)
+    first, again = (p for p in found.probes if p.load == 4)
+    assert first.disturbed is not None
+    assert not first.remeasured
+    assert again.disturbed is None
+    assert again.remeasured
+    assert found.disturbed == []
+
+
+def test_a_probe_disturbed_twice_stops_the_search_its_answer_uncertain() -> None:
+    calls: list[float] = []
+
+    def probe(rate: float) -> Outcome:
+        calls.append(rate)
+        if rate >= 4:
+            return "meets", "", "load_generator_late: p99 lag 9 ms"  # a decision never made
+        return "meets", "", None
+
+    found = rate_search(probe, start=1.0, max_rate=64)
+    assert calls == [1.0, 2.0, 4.0, 4.0]
+    assert (found.found, found.below, found.unresolved) == (2.0, None, 4.0)
+    assert [p.load for p in found.disturbed] == [4.0]
+    assert found.disturbed[0].disturbed == "load_generator_late: p99 lag 9 ms"
     assert not found.exact

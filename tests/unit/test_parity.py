@@ -10,6 +10,7 @@ import pytest
 
 from services.analyzer.parity import compare_outputs
 from services.workers.framework.sessions.fingerprint import input_identity, output_fingerprint
+from services.workers.framework.sessions.tokens import tokens_fingerprint
 from shared.manifests import ModelManifest
 from shared.messages import (
     Envelope,
@@ -251,3 +252,67 @@ def test_class_scores_get_a_cosine_too_and_zero_rows_are_left_out() -> None:
         REFERENCE, fingerprint(zero_row), CANDIDATE, fingerprint(zero_row), ParityTolerance()
     )
     assert parity.min_cosine == pytest.approx(1.0)
+
+
+def _greedy(tokens: list[int], *, legacy: bool = False) -> OutputFingerprint:
+    """A generation's fingerprint: its greedy tokens of one prompt (``legacy``: as recorded
+    before a fingerprint said its kind)."""
+    made = tokens_fingerprint(np.asarray([[5, 6, 7]]), tokens, "seeded prompt", "synthetic")
+    if legacy:
+        (sample,) = made.outputs
+        data = sample.model_dump()
+        data.pop("kind")
+        made = made.model_copy(update={"outputs": [OutputSample.model_validate(data)]})
+    return made
+
+
+# Greedy token ids far apart as numbers (872 and 1) that are simply different tokens.
+SERVED_TOKENS = [11, 22, 33, 44, 55, 66, 872, 1, 9, 9, 9, 9, 9, 9, 9, 9]
+LOCAL_TOKENS = [11, 22, 33, 44, 55, 66, 77, 88, 9, 9, 9, 9, 9, 9, 9, 9]
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["marked", "recorded before the mark"])
+def test_greedy_tokens_are_compared_by_how_many_agree_never_as_numbers(legacy: bool) -> None:
+    parity = compare_outputs(
+        REFERENCE,
+        _greedy(LOCAL_TOKENS),
+        CANDIDATE,
+        _greedy(SERVED_TOKENS, legacy=legacy),
+        ParityTolerance(),
+    )
+    assert parity.comparable
+    assert (parity.tokens_agreeing, parity.tokens_compared) == (14, 16)
+    assert parity.first_difference == 7
+    assert parity.top1_agreement == pytest.approx(14 / 16)
+    # No arithmetic on token ids: no difference, no cosine.
+    assert parity.max_abs_error is None
+    assert parity.min_cosine is None
+    assert not parity.within_tolerance
+    assert parity.reason == (
+        "14 of 16 greedy tokens agree (the first 6, then they part at token 7) "
+        "(at least 100% asked)"
+    )
+    assert "differs by" not in parity.reason
+    assert "cosine" not in parity.reason
+
+
+def test_identical_greedy_tokens_agree_on_every_position() -> None:
+    parity = compare_outputs(
+        REFERENCE, _greedy(LOCAL_TOKENS), CANDIDATE, _greedy(list(LOCAL_TOKENS)), ParityTolerance()
+    )
+    assert parity.within_tolerance
+    assert parity.bitwise_identical
+    assert (parity.tokens_agreeing, parity.tokens_compared, parity.first_difference) == (
+        16,
+        16,
+        None,
+    )
+    assert parity.reason is None
+    lenient = compare_outputs(
+        REFERENCE,
+        _greedy(LOCAL_TOKENS),
+        CANDIDATE,
+        _greedy(SERVED_TOKENS),
+        ParityTolerance(min_top1_agreement=0.8),
+    )
+    assert lenient.within_tolerance, "14 of 16 is within an 80 % agreement"

@@ -358,6 +358,9 @@ def _parity_text(parity: PairParity | None, diagonal: bool) -> str:
     if not parity.comparable:
         return f"not comparable: {parity.reason}"
     verdict = "within" if parity.within_tolerance else "OUTSIDE"
+    if parity.tokens_compared is not None:  # greedy tokens: how many agree, no arithmetic
+        agreed = f"{parity.tokens_agreeing} of {parity.tokens_compared}"
+        return f"{verdict}; {agreed} greedy tokens agree"
     agreement = NONE if parity.top1_agreement is None else f"{parity.top1_agreement:.0%}"
     cosine = "" if parity.min_cosine is None else f"; min cosine {parity.min_cosine:.6f}"
     return f"{verdict}; max rel {parity.max_rel_error or 0:.2e}; top-1 {agreement}{cosine}"

@@ -90,6 +90,7 @@ def tokens_fingerprint(
                 values=tokens.reshape(-1).astype(np.float64).tolist(),
                 sha256=sample.hexdigest(),
                 top1=tokens.reshape(-1).tolist(),
+                kind="tokens",
             )
         ],
     )
