@@ -20,6 +20,7 @@ import typer
 from dlscope.cli.terminal import errors
 
 __all__ = [
+    "COMPLETED",
     "EXIT_FAILED",
     "EXIT_FAILURES",
     "EXIT_INVALID",
@@ -51,6 +52,9 @@ SWEEP_EXIT_STATUS_HELP = (
     "beyond its bounds twice, so the answer is uncertain); 4 the same with failed or "
     "truncated requests past the bound."
 )
+
+# The statuses of a run that completed and reported its result, whatever its verdict.
+COMPLETED = (EXIT_OK, EXIT_INVALID, EXIT_FAILURES)
 
 _FAILED_REQUESTS = "requests_failed"
 

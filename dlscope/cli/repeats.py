@@ -22,7 +22,7 @@ from rich.table import Table
 
 from dlscope.cli.live import LINES_ENV, LiveEvaluations, columns, parse_line
 from dlscope.cli.machine import run_cells
-from dlscope.cli.outcome import EXIT_FAILURES, EXIT_INVALID, EXIT_OK, worst
+from dlscope.cli.outcome import COMPLETED, EXIT_INVALID, worst
 from dlscope.cli.terminal import console, errors, fail
 from shared.config import child_environment
 from shared.measurement import compare, summarize_repetitions
@@ -113,7 +113,7 @@ def run_repeated(
                 LiveEvaluations(bar),
             )
             bar.advance(task)
-            if status not in (EXIT_OK, EXIT_INVALID, EXIT_FAILURES):
+            if status not in COMPLETED:
                 raise fail(f"run {number} of {repeats} failed: {stderr.strip()}", 1)
             statuses.append(status)
             document = json.loads(result.read_text())

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dlscope.cli.outcome import COMPLETED
 from harness.relay import free_port
 from harness.squeezenet import squeezenet_copy, squeezenet_file
 from harness.waiting import eventually
@@ -101,7 +102,7 @@ async def test_models_submit_layers_and_report_go_to_the_deployment(
         *("submit", "their-net", "-n", "20", "--min-duration", "0.5"),
         *("--trace-level", "framework", "--json", str(result_file)),
     )
-    assert submitted.returncode == 0, submitted.stderr + submitted.stdout
+    assert submitted.returncode in COMPLETED, submitted.stderr + submitted.stdout
     evaluation = json.loads(result_file.read_text())
     assert evaluation["status"] == "completed"
     assert evaluation["model"] == "their-net"

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
+from dlscope.cli.outcome import COMPLETED
 from dlscope.zoo import BuiltModel, build_digits
 from harness.deployment import throwaway_deployment
 from harness.waiting import experiment_outcome, models_listed
@@ -106,7 +107,7 @@ def test_run_all_frameworks_embedded_measures_the_members_one_at_a_time(tmp_path
     database = f"sqlite+aiosqlite:///{tmp_path / 'dlscope.db'}"
 
     result = dlscope(environment, *arguments, "--json", str(tmp_path / "fair.json"))
-    assert result.returncode == 0, result.stderr + result.stdout
+    assert result.returncode in COMPLETED, result.stderr + result.stdout
     document = json.loads((tmp_path / "fair.json").read_text())
     members = [e["evaluation_id"] for e in document["evaluations"]]
     assert {e["request"]["framework"] for e in document["evaluations"]} == set(FRAMEWORKS)
@@ -168,7 +169,7 @@ async def test_a_deployment_measures_the_members_on_one_host_one_at_a_time(
             shown = await asyncio.to_thread(
                 dlscope, environment, "submit", "digits-cnn", "--framework", "all", "-n", "10"
             )
-            assert shown.returncode == 0, shown.stderr + shown.stdout
+            assert shown.returncode in COMPLETED, shown.stderr + shown.stdout
             assert "members measured one at a time, in the order their workers got the device" in (
                 " ".join(shown.stdout.split())
             )
@@ -212,7 +213,7 @@ def test_concurrent_with_one_framework_is_accepted_and_said_to_mean_little(tmp_p
         *["run", "squeezenet", "-n", "5", "--min-duration", "0", "--warmup", "0"],
         *["--concurrent", "--json", str(tmp_path / "one.json")],
     )
-    assert result.returncode == 0, result.stderr + result.stdout
+    assert result.returncode in COMPLETED, result.stderr + result.stdout
     said = " ".join(result.stderr.split())
     assert "warning: --concurrent runs an experiment's members together; with one framework" in said
     evaluation = json.loads((tmp_path / "one.json").read_text())["evaluation"]

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from dlscope.cli.outcome import COMPLETED
 from dlscope.zoo import BuiltModel, build_digits
 from harness.deployment import Deployment, throwaway_deployment
 from harness.waiting import experiment_outcome, models_listed
@@ -134,7 +135,7 @@ async def _the_cli_compares_the_same_deployment(deployment: Deployment) -> None:
     result = await asyncio.to_thread(
         dlscope, environment, "submit", "digits-cnn", "--framework", "all", "-n", "10"
     )
-    assert result.returncode == 0, result.stderr + result.stdout
+    assert result.returncode in COMPLETED, result.stderr + result.stdout
     shown = " ".join(result.stdout.split())
     assert f"digits-cnn on {len(FRAMEWORKS)} frameworks (cpu)" in shown
     for framework in FRAMEWORKS:
@@ -255,7 +256,7 @@ def test_run_of_the_text_encoder_embedded_reports_embedding_parity(tmp_path: Pat
         "--json",
         str(result_file),
     )
-    assert result.returncode == 0, result.stderr + result.stdout
+    assert result.returncode in COMPLETED, result.stderr + result.stdout
     shown = " ".join(result.stdout.split())
     assert "minilm-l6 is not built here yet: building it first (no download)" in shown
     assert "cosine >= " in shown

@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dlscope.cli.outcome import COMPLETED
 from harness.deployment import (
     SERVICES,
     Deployment,
@@ -139,7 +140,7 @@ def test_dlscope_run_evaluates_the_built_in_model_from_the_wheel(
         str(tmp_path / "run.json"),
         home=tmp_path / "home",
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode in COMPLETED, result.stdout + result.stderr
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["evaluation"]["status"] == "completed"
     assert run["evaluation"]["framework"] == "onnxruntime"

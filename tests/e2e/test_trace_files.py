@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from dlscope.cli.outcome import COMPLETED
 from shared.config import REPOSITORY_ROOT
 
 pytestmark = pytest.mark.e2e
@@ -48,7 +49,7 @@ def test_a_traced_run_becomes_a_chrome_trace_and_keeps_its_layers(tmp_path: Path
         str(tmp_path / "result.json"),
         DLSCOPE_OTLP_ENDPOINT=f"file://{spans}",
     )
-    assert ran.returncode == 0, ran.stderr
+    assert ran.returncode in COMPLETED, ran.stderr
     assert "onnxruntime session profiling" in ran.stdout  # the trace levels, reported
     result = json.loads((tmp_path / "result.json").read_text())
     trace_id = result["trace_id"]
