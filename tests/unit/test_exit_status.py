@@ -21,76 +21,16 @@ from dlscope.cli.client import Evaluated
 from dlscope.cli.evaluate import _show
 from dlscope.cli.outcome import EXIT_FAILURES, EXIT_INVALID, EXIT_OK, exit_status, worst
 from services.analyzer.summary import summarize
-from shared.measurement import ScenarioResult, TimedPhase
-from shared.measurement.overhead import HarnessOverhead
-from shared.measurement.warmup import WarmupReport
-from shared.messages import (
-    EvaluationMeasured,
-    GeneratedRequest,
-    GenerationRecord,
-    Scenario,
-    ServedRun,
-)
+from shared.messages import Scenario
+from tests.unit.test_result_summary import served_generation
 
 MS = 1_000_000
-WARMUP = WarmupReport(
-    latencies_ns=(2 * MS,),
-    window_queries=1,
-    window_medians_ns=(2e6,),
-    threshold=0.05,
-    steady=True,
-    decided_by="steady",
-    duration_ns=2 * MS,
-)
+SERVER = Scenario(name="server", target_qps=4.0, iterations=64, max_new_tokens=16)
 
 
-def _result(*, concurrency: int = 1, failed: dict[str, int] | None = None, ttft_ms: float = 80):
-    """A served language model's result: 64 requests of 16 chunks, each ``ttft_ms`` to its
-    first chunk, as the analyzer reports it (JSON)."""
-    made = [
-        GeneratedRequest(
-            scheduled_ns=i * 500 * MS,
-            issued_ns=i * 500 * MS,
-            token_ns=[int(i * 500 * MS + (ttft_ms + 20 * k) * MS) for k in range(16)],
-            input_tokens=20,
-            stopped_by="max_new_tokens",
-            counted_tokens=16,
-        )
-        for i in range(64)
-    ]
-    scenario = Scenario(min_duration_s=0, iterations=64, concurrency=concurrency)
-    phase = TimedPhase(
-        samples_per_query=1,
-        first_query_ns=MS,
-        warmup=WARMUP,
-        latencies_ns=tuple(r.token_ns[-1] - r.issued_ns for r in made),
-        duration_ns=64 * 500 * MS,
-        overhead=HarnessOverhead(per_query_ns=0.0, timer_floor_ns=100.0, method="test"),
-        stopped_by="minimums",
-    )
-    measured = EvaluationMeasured(
-        evaluation_id=uuid.uuid4(),
-        agent_id="a",
-        scenario=scenario,
-        load_ns=1,
-        run=ScenarioResult(scenario=scenario.measurement(), sample_count=16, phases=(phase,)),
-        generation=GenerationRecord(
-            max_new_tokens=16,
-            ignore_eos=True,
-            duration_ns=64 * 500 * MS,
-            requests=made,
-            timed="chunk",
-            served=ServedRun(
-                url="http://127.0.0.1:8000/v1",
-                model="smollm2",
-                api="completions",
-                failures=failed or {},
-            ),
-            load="closed",
-            streams=concurrency,
-        ),
-    )
-    return summarize(measured).model_dump(mode="json")
+def _result(*, failed: dict[str, int] | None = None) -> dict[str, Any]:
+    """A served language model's result, as the analyzer reports it (JSON)."""
+    return summarize(served_generation(SERVER, failures=failed)).model_dump(mode="json")
 
 
 def _evaluated(result: dict[str, Any]) -> Evaluated:
@@ -115,7 +55,7 @@ def test_a_valid_run_exits_zero_and_an_invalid_one_three_or_four() -> None:
     with pytest.raises(typer.Exit) as exited:
         _show(_evaluated(truncated), None)
     assert exited.value.exit_code == EXIT_FAILURES
-    late = _result(ttft_ms=80).copy()
+    late = _result()
     late["verdict"] = {
         "status": "INVALID",
         "reasons": [{"code": "other_processes_used_cpu", "severity": "error", "message": "x"}],
@@ -195,7 +135,7 @@ class _Deployment:
     def evaluate(self, request: Any, *, wait: bool) -> Evaluated:
         streams = request.scenario.concurrency
         self.asked.append(streams)
-        result = _result(concurrency=streams)
+        result = _result()
         if self.asked.count(streams) <= self.disturbed.get(streams, 0):
             result["verdict"] = {
                 "status": "INVALID",

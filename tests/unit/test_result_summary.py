@@ -208,10 +208,12 @@ def test_a_measurement_carries_exactly_one_run() -> None:
         EvaluationMeasured(evaluation_id=uuid.uuid4(), agent_id="a", load_ns=1)
 
 
-def _served_generation(scenario: Scenario, requests: int = 64) -> EvaluationMeasured:
+def served_generation(
+    scenario: Scenario, requests: int = 64, failures: dict[str, int] | None = None
+) -> EvaluationMeasured:
     """A language model's server run of ``requests`` Poisson arrivals 250 ms apart: each
     request's first chunk 80 ms after its arrival, 15 more 20 ms apart (a 380 ms generation),
-    issued a tenth of a millisecond late, on a quiet machine."""
+    issued a tenth of a millisecond late, on a quiet machine; ``failures`` failed besides."""
     ms = 1_000_000
     made = [
         GeneratedRequest(
@@ -252,6 +254,7 @@ def _served_generation(scenario: Scenario, requests: int = 64) -> EvaluationMeas
                 model="smollm2",
                 api="completions",
                 client_lag_ns=[ms // 10] * requests,
+                failures=failures or {},
             ),
             load="open",
         ),
@@ -260,7 +263,7 @@ def _served_generation(scenario: Scenario, requests: int = 64) -> EvaluationMeas
 
 def test_a_language_models_server_run_without_bounds_is_judged_on_nothing_it_did_not_ask() -> None:
     scenario = Scenario(name="server", target_qps=4.0, iterations=64, max_new_tokens=16)
-    summary = summarize(_served_generation(scenario))
+    summary = summarize(served_generation(scenario))
     assert summary.verdict is not None
     # Its 380 ms generations are far beyond the image models' default 10 ms latency bound, and
     # 64 requests cannot back a p99 of a query's latency: neither was asked of a generation.
@@ -276,7 +279,7 @@ def test_the_token_bounds_asked_judge_a_language_models_server_run() -> None:
     scenario = Scenario(
         name="server", target_qps=4.0, iterations=64, ttft_bound_ms=100, e2e_bound_ms=300
     )
-    summary = summarize(_served_generation(scenario))
+    summary = summarize(served_generation(scenario))
     assert summary.verdict is not None
     assert summary.verdict.status == "INVALID"
     (missed,) = summary.verdict.errors
@@ -289,7 +292,7 @@ def test_the_token_bounds_asked_judge_a_language_models_server_run() -> None:
 
 def test_an_image_models_server_run_keeps_its_latency_bound() -> None:
     scenario = Scenario(name="server", target_qps=4.0, iterations=64)
-    image = _served_generation(scenario).model_copy(update={"generation": None})
+    image = served_generation(scenario).model_copy(update={"generation": None})
     verdict = summarize(image).verdict
     assert verdict is not None
     assert ReasonCode.LATENCY_BOUND_MISSED in verdict.codes
