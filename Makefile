@@ -37,8 +37,11 @@ $(VLLM)/.installed: requirements/vllm-server.txt scripts/vllm-checkpoint.py $(VE
 		--gguf "$$($(BIN)/python -c 'from dlscope.zoo import smollm; print(smollm._gguf_path())')"
 	touch $@
 
+# An evaluation that ran is the job done, VALID or not: the verdict and its reasons are in
+# what it prints (exit 3 and 4, INVALID, are for scripts that gate on it; 1 and 2 fail here).
 run: $(VENV)/.installed
-	$(BIN)/dlscope run $(MODEL) --json $(or $(DLSCOPE_HOME),$(HOME)/.dlscope)/last-run.json
+	$(BIN)/dlscope run $(MODEL) --json $(or $(DLSCOPE_HOME),$(HOME)/.dlscope)/last-run.json; \
+		status=$$?; [ $$status -eq 0 ] || [ $$status -eq 3 ] || [ $$status -eq 4 ] || exit $$status
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
