@@ -22,13 +22,22 @@ from shared.measurement.generation import judge_served, summarize_generation
 from shared.measurement.progress import Step
 from shared.messages import ReasonCode, RunEvaluation, Scenario, Severity
 
-pytestmark = pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)
+pytestmark = [pytest.mark.server, pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)]
+
+
+@pytest.fixture
+def serving(llama_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The session's server (tests/conftest.py), for a test that only sends it requests."""
+    monkeypatch.setenv("DLSCOPE_ENDPOINT_URL", llama_url)
+    monkeypatch.setenv("DLSCOPE_ENDPOINT_API_KEY", KEY)
+    return llama_url
 
 
 @pytest.fixture
 def served(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A server of the test's own, to stop."""
     with llama_server(tmp_path / "server.log") as (url, process):
         monkeypatch.setenv("DLSCOPE_ENDPOINT_URL", url)
         monkeypatch.setenv("DLSCOPE_ENDPOINT_API_KEY", KEY)
@@ -52,7 +61,7 @@ def _tokenizer(manifest: ModelManifest) -> Path:
 
 
 def test_the_open_loop_issues_on_schedule_and_measures_its_own_lag(
-    smollm2_zoo: dict[str, ModelManifest], served: tuple[str, subprocess.Popen[bytes]]
+    smollm2_zoo: dict[str, ModelManifest], serving: str
 ) -> None:
     manifest = smollm2_zoo["onnxruntime"]
     job = _job(manifest, name="server", target_qps=4.0, iterations=8, min_duration_s=0)
