@@ -163,12 +163,17 @@ def postgres_database() -> Iterator[str]:
         _execute(POSTGRES_ADMIN_DSN, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def postgres_url(postgres_database: str) -> str:
-    """The session's database, emptied of dlscope's tables before each test."""
+def emptied(postgres_database: str) -> str:
+    """``postgres_database`` emptied of dlscope's tables; its SQLAlchemy URL."""
     dsn = postgres_database.replace("postgresql+asyncpg://", "postgresql://")
     _execute(dsn, "DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
     return postgres_database
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str) -> str:
+    """The session's database, emptied of dlscope's tables before each test."""
+    return emptied(postgres_database)
 
 
 @pytest.fixture(scope="session")

@@ -4,12 +4,14 @@ the embedded stack (memory broker, SQLite) or on RabbitMQ + PostgreSQL."""
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from dlscope.embedded import all_services
 from harness.deployment import purge_namespace
@@ -18,6 +20,7 @@ from shared.config import Settings
 from shared.messaging import create_broker
 from shared.runtime import Runtime, Service, running
 from shared.telemetry import Telemetry
+from tests.conftest import emptied
 
 
 class Stack:
@@ -98,5 +101,29 @@ async def any_stack(
 ) -> AsyncIterator[Stack]:
     """Every service and the gateway in this process: embedded, then on RabbitMQ + Postgres."""
     settings = stack_settings(request, tmp_path, namespace)
+    async with started_stack(settings, embedded=request.param == "embedded") as stack:
+        yield stack
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=STACKS)
+async def module_stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """``any_stack`` started once for a module whose tests only read from it, or each add
+    only what no other test of the module looks at (its own evaluation, a refused request):
+    a stack starts in seconds, and such a module has a dozen tests on each. Its tests run on
+    the module's event loop (``pytest.mark.asyncio(loop_scope="module")``), and none of them
+    may ask for ``postgres_url``, which would empty the database under the running stack."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    home = tmp_path_factory.mktemp("stack")
+    if request.param == "embedded":
+        settings = Settings(home=home, namespace=namespace)
+    else:
+        settings = Settings(
+            home=home,
+            namespace=namespace,
+            broker_url=request.getfixturevalue("rabbitmq_url"),
+            database_url=emptied(request.getfixturevalue("postgres_database")),
+        )
     async with started_stack(settings, embedded=request.param == "embedded") as stack:
         yield stack
