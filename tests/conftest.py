@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import os
 import subprocess
@@ -151,9 +152,9 @@ def _execute(dsn: str, sql: str) -> None:
         thread.submit(asyncio.run, execute()).result()
 
 
-@pytest.fixture(scope="session")
-def postgres_database() -> Iterator[str]:
-    """A fresh database for this test session; its SQLAlchemy URL."""
+@contextlib.contextmanager
+def fresh_database() -> Iterator[str]:
+    """A database of its own, dropped after; its SQLAlchemy URL."""
     name = f"dlscope_test_{uuid.uuid4().hex[:10]}"
     _execute(POSTGRES_ADMIN_DSN, f'CREATE DATABASE "{name}"')
     base = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
@@ -163,17 +164,19 @@ def postgres_database() -> Iterator[str]:
         _execute(POSTGRES_ADMIN_DSN, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def emptied(postgres_database: str) -> str:
-    """``postgres_database`` emptied of dlscope's tables; its SQLAlchemy URL."""
-    dsn = postgres_database.replace("postgresql+asyncpg://", "postgresql://")
-    _execute(dsn, "DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
-    return postgres_database
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A fresh database for this test session; its SQLAlchemy URL."""
+    with fresh_database() as url:
+        yield url
 
 
 @pytest.fixture
 def postgres_url(postgres_database: str) -> str:
     """The session's database, emptied of dlscope's tables before each test."""
-    return emptied(postgres_database)
+    dsn = postgres_database.replace("postgresql+asyncpg://", "postgresql://")
+    _execute(dsn, "DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+    return postgres_database
 
 
 @pytest.fixture(scope="session")

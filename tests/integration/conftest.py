@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from shared.config import Settings
 from shared.messaging import create_broker
 from shared.runtime import Runtime, Service, running
 from shared.telemetry import Telemetry
-from tests.conftest import emptied
+from tests.conftest import fresh_database
 
 
 class Stack:
@@ -112,18 +112,26 @@ async def module_stack(
     """``any_stack`` started once for a module whose tests only read from it, or each add
     only what no other test of the module looks at (its own evaluation, a refused request):
     a stack starts in seconds, and such a module has a dozen tests on each. Its tests run on
-    the module's event loop (``pytest.mark.asyncio(loop_scope="module")``), and none of them
-    may ask for ``postgres_url``, which would empty the database under the running stack."""
-    namespace = f"t{uuid.uuid4().hex[:12]}"
+    the module's event loop (``pytest.mark.asyncio(loop_scope="module")``)."""
+    with module_stack_settings(request, tmp_path_factory) as settings:
+        async with started_stack(settings, embedded=request.param == "embedded") as stack:
+            yield stack
+
+
+@contextlib.contextmanager
+def module_stack_settings(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Settings]:
+    """``stack_settings`` for a stack that serves a whole module: a home, a namespace and
+    (on PostgreSQL) a database of its own, so that it may outlive the module's other tests'
+    stacks without seeing them or being seen."""
     home = tmp_path_factory.mktemp("stack")
+    namespace = f"t{uuid.uuid4().hex[:12]}"
     if request.param == "embedded":
-        settings = Settings(home=home, namespace=namespace)
-    else:
-        settings = Settings(
-            home=home,
-            namespace=namespace,
-            broker_url=request.getfixturevalue("rabbitmq_url"),
-            database_url=emptied(request.getfixturevalue("postgres_database")),
+        yield Settings(home=home, namespace=namespace)
+        return
+    with fresh_database() as database_url:
+        broker_url = request.getfixturevalue("rabbitmq_url")
+        yield Settings(
+            home=home, namespace=namespace, broker_url=broker_url, database_url=database_url
         )
-    async with started_stack(settings, embedded=request.param == "embedded") as stack:
-        yield stack
