@@ -1,6 +1,8 @@
 # The two commands: `make run` (an evaluation of the built-in model, all in one process)
 # and `make test` (lint, types, import contracts, then every test against real RabbitMQ and
 # PostgreSQL, started or installed first when this is root). Both create .venv as needed.
+# `make test-fast` is the developer's loop: the tests that need no service, server or zoo
+# build (tests/tiers.py), in minutes.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -12,7 +14,13 @@ VLLM := .venv-vllm
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_CURL=OFF
 
-.PHONY: run test lint services bench clean
+# The tiers are chosen here, never in pytest's addopts: a bare `pytest` runs every test.
+FAST := not rabbitmq and not postgres and not e2e and not zoo and not server and not slow
+# What every CI run records, so that the next split is measured: the slowest tests, and
+# each test's time and outcome (build/ is ignored by git).
+RESULTS := build/test-results.xml
+
+.PHONY: run test test-fast lint services bench clean
 
 $(VENV)/.installed: pyproject.toml requirements/weights.txt
 	$(PYTHON) -m venv $(VENV)
@@ -53,8 +61,13 @@ services:
 	bash scripts/ensure-services.sh
 	bash scripts/ensure-browser.sh
 
+# DLSCOPE_TEST_STRICT: a test skipped because something this target builds is missing
+# (the servers' virtualenvs, a framework, Chromium) fails instead (tests/tiers.py).
 test: $(VENV)/.installed $(LLAMA)/.installed $(VLLM)/.installed services lint
-	$(BIN)/pytest
+	DLSCOPE_TEST_STRICT=1 $(BIN)/pytest --durations=30 --junitxml=$(RESULTS)
+
+test-fast: $(VENV)/.installed
+	$(BIN)/pytest -m "$(FAST)"
 
 bench: $(VENV)/.installed services
 	$(BIN)/python -m bench

@@ -7,26 +7,8 @@ import importlib
 import json
 import sys
 
+from bench import BENCHMARKS
 from bench.common import save
-
-BENCHMARKS = (
-    "dispatch",
-    "recorder_throughput",
-    "recorder_drain",
-    "harness_overhead",
-    "opencl",
-    "loadgen_parity",
-    "server_capacity",
-    "fanout",
-    "install_size",
-    "trace_overhead",
-    "ui_pages",
-    "fairness",
-    "interference",
-    "generation",
-    "endpoint",
-    "vllm_agreement",
-)
 
 
 def main(names: list[str]) -> None:

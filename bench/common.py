@@ -7,11 +7,22 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["POSTGRES_ADMIN_DSN", "RABBITMQ_URL", "median_ci95", "percentiles", "save"]
+if TYPE_CHECKING:
+    from shared.manifests import ModelManifest
+
+__all__ = [
+    "POSTGRES_ADMIN_DSN",
+    "RABBITMQ_URL",
+    "digits_manifests",
+    "median_ci95",
+    "percentiles",
+    "save",
+    "smollm_manifests",
+]
 
 RABBITMQ_URL = os.environ.get("DLSCOPE_BENCH_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 POSTGRES_ADMIN_DSN = os.environ.get(
@@ -55,3 +66,29 @@ def median_ci95(values: list[float], resamples: int = 2000) -> list[float]:
     samples = rng.choice(np.asarray(values), size=(resamples, len(values)), replace=True)
     low, high = np.percentile(np.median(samples, axis=1), [2.5, 97.5])
     return [float(low), float(high)]
+
+
+def digits_manifests(zoo: Path) -> dict[str, ModelManifest]:
+    """The zoo's digits CNN in ``zoo``, by framework: read back where ``build_digits`` has
+    built it already (a test session's zoo, shared by the benchmarks' smoke runs), trained
+    and exported there otherwise (seconds)."""
+    from dlscope.zoo import DIGITS_MODELS, build_digits
+    from shared.manifests import ModelManifest, load_manifest
+
+    paths = {framework: zoo / f"{name}.yaml" for name, framework, _ in DIGITS_MODELS}
+    if not all(path.exists() for path in paths.values()):
+        return {m.manifest.framework.name: m.manifest for m in build_digits(zoo)}
+    found = {framework: load_manifest(path) for framework, path in paths.items()}
+    return {f: m for f, m in found.items() if isinstance(m, ModelManifest)}
+
+
+def smollm_manifests(zoo: Path) -> dict[str, ModelManifest]:
+    """SmolLM2 in ``zoo``, by framework, as ``digits_manifests`` (its build takes a minute)."""
+    from dlscope.zoo.smollm import SMOLLM_MODELS, build_smollm
+    from shared.manifests import ModelManifest, load_manifest
+
+    paths = {framework: zoo / f"{name}.yaml" for name, framework, _ in SMOLLM_MODELS}
+    if not all(path.exists() for path in paths.values()):
+        return {manifest.framework.name: manifest for manifest, _ in build_smollm(zoo)}
+    found = {framework: load_manifest(path) for framework, path in paths.items()}
+    return {f: m for f, m in found.items() if isinstance(m, ModelManifest)}

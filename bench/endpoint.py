@@ -18,6 +18,7 @@ SmolLM2-135M-Instruct.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import tempfile
@@ -30,7 +31,7 @@ import httpx
 import orjson
 
 from bench.common import median_ci95, percentiles
-from harness.llama_server import KEY, SERVED, SERVER_PYTHON, llama_server
+from harness.llama_server import KEY, NOT_BUILT, SERVED, SERVER_PYTHON, llama_server
 from services.workers.framework.endpoint import Endpoint, Sampling
 from services.workers.framework.ports import Generated
 from shared.measurement.generation import LAG_FLOOR_NS, MAX_LAG_FRACTION
@@ -48,23 +49,27 @@ PROMPT = "The sea is"
 EOS = (0, 1, 2)
 
 
-async def run(scale: float = 1.0) -> dict[str, Any]:
-    """``scale`` multiplies the rounds and requests (0.2 for a quick look)."""
-    return await asyncio.to_thread(_run, scale)
+async def run(
+    scale: float = 1.0, *, rates: tuple[float, ...] = RATES, url: str | None = None
+) -> dict[str, Any]:
+    """``scale`` multiplies the rounds and requests (0.2 for a quick look); the open loop
+    runs at each of ``rates``; ``url``: the API root of a llama.cpp server already serving
+    SmolLM2 to ``KEY`` as ``harness.llama_server`` starts it (one is started otherwise)."""
+    return await asyncio.to_thread(_run, scale, rates, url)
 
 
-def _run(scale: float) -> dict[str, Any]:
-    if not SERVER_PYTHON.exists():
-        return {"skipped": "llama.cpp's server is not built here: `make test` builds it"}
+def _run(scale: float, rates: tuple[float, ...], url: str | None) -> dict[str, Any]:
+    if url is None and not SERVER_PYTHON.exists():
+        return {"skipped": NOT_BUILT}
     load_before = os.getloadavg()[0]
-    with (
-        tempfile.TemporaryDirectory(prefix="dlscope-endpoint-") as folder,
-        llama_server(Path(folder) / "server.log") as (url, _),
-    ):
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="dlscope-endpoint-"))
+            url, _ = stack.enter_context(llama_server(Path(folder) / "server.log"))
         client = _client_cost(url, max(4, round(ROUNDS * scale)))
         loops = {
             f"{rate:g}/s": _open_loop_lag(url, rate, max(8, round(OPEN_LOOP_REQUESTS * scale)))
-            for rate in RATES
+            for rate in rates
         }
     return {
         "server": "llama-cpp-python 0.3.36 server, SmolLM2-135M-Instruct Q4_1, 2 threads",

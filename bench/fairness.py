@@ -39,7 +39,7 @@ MODES = (
 )
 
 
-def _dlscope(home: Path, *arguments: str) -> dict[str, Any]:
+def _dlscope(home: Path, scenario: list[str], *arguments: str) -> dict[str, Any]:
     result = Path(home) / "result.json"
     completed = subprocess.run(
         [
@@ -48,7 +48,7 @@ def _dlscope(home: Path, *arguments: str) -> dict[str, Any]:
             "dlscope",
             "run",
             MODEL,
-            *SCENARIO,
+            *scenario,
             *arguments,
             "--json",
             str(result),
@@ -79,20 +79,26 @@ def _onnxruntime(document: dict[str, Any]) -> dict[str, float]:
     }
 
 
-async def run() -> dict[str, Any]:
-    return await asyncio.to_thread(_measure)
+async def run(rounds: int = ROUNDS, *, scenario: list[str] | None = None) -> dict[str, Any]:
+    """``rounds`` of the four modes, each ``dlscope run`` with ``scenario`` (``SCENARIO``)."""
+    return await asyncio.to_thread(_measure, rounds, scenario or SCENARIO)
 
 
-def _measure() -> dict[str, Any]:
+def _measure(count: int, scenario: list[str]) -> dict[str, Any]:
     rounds: list[dict[str, dict[str, float]]] = []
-    with tempfile.TemporaryDirectory(prefix="dlscope-bench-fairness-") as home:
-        _dlscope(Path(home), "-f", "onnxruntime")  # builds the zoo here; not measured
-        for _ in range(ROUNDS):
+    with tempfile.TemporaryDirectory(prefix="dlscope-bench-fairness-") as folder:
+        home = Path(folder)
+
+        def measured(*arguments: str) -> dict[str, float]:
+            return _onnxruntime(_dlscope(home, scenario, *arguments))
+
+        _dlscope(home, scenario, "-f", "onnxruntime")  # builds the zoo here; not measured
+        for _ in range(count):
             figures = {
-                MODES[0]: _onnxruntime(_dlscope(Path(home), "-f", "onnxruntime")),
-                MODES[1]: _onnxruntime(_dlscope(Path(home), "-f", "onnxruntime")),
-                MODES[2]: _onnxruntime(_dlscope(Path(home), "--framework", "all", "--concurrent")),
-                MODES[3]: _onnxruntime(_dlscope(Path(home), "--framework", "all")),
+                MODES[0]: measured("-f", "onnxruntime"),
+                MODES[1]: measured("-f", "onnxruntime"),
+                MODES[2]: measured("--framework", "all", "--concurrent"),
+                MODES[3]: measured("--framework", "all"),
             }
             rounds.append(figures)
     ratios = {
@@ -117,7 +123,7 @@ def _measure() -> dict[str, Any]:
     }
     return {
         "model": MODEL,
-        "scenario": " ".join(SCENARIO),
+        "scenario": " ".join(scenario),
         "rounds": rounds,
         "median_ratio_to_alone": ratios,
         "ratio_to_every_alone_run": ratios_pooled,

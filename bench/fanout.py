@@ -54,18 +54,27 @@ async def suite() -> dict[str, Any]:
     return {"scenario": SCENARIO, "repeats": REPEATS, "runs": runs}
 
 
-async def run(hosts: int = 3) -> dict[str, Any]:
+async def run(
+    hosts: int = 3, *, repeats: int = REPEATS, scenario: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One experiment over ``hosts`` simulated hosts, ``repeats`` times after one to fill
+    the caches, each member running ``scenario`` (``SCENARIO``)."""
+    missing = hosts_missing()
+    if missing is not None:
+        return {"skipped": missing}
     with tempfile.TemporaryDirectory(prefix="dlscope-fanout-") as workdir:
         # Blocking set-up and tear-down (namespaces, processes) off the loop.
         context = fleet(RABBITMQ_URL, POSTGRES_ADMIN_DSN, Path(workdir), hosts=hosts)
         running = await asyncio.to_thread(context.__enter__)
         try:
-            return await _measure(running, hosts)
+            return await _measure(running, hosts, repeats, scenario or SCENARIO)
         finally:
             await asyncio.to_thread(context.__exit__, None, None, None)
 
 
-async def _measure(running: Fleet, hosts: int) -> dict[str, Any]:
+async def _measure(
+    running: Fleet, hosts: int, repeats: int, scenario: dict[str, Any]
+) -> dict[str, Any]:
     async with (
         httpx.AsyncClient(base_url=running.gateway_url, timeout=30) as http,
         await aio_pika.connect(running.control_plane.broker_url) as connection,
@@ -84,8 +93,8 @@ async def _measure(running: Fleet, hosts: int) -> dict[str, Any]:
 
         await watch.consume(on_message)
         # The first experiment fetches the model into every host's cache: not measured.
-        await _experiment(http, inbox)
-        measured = [await _experiment(http, inbox) for _ in range(REPEATS)]
+        await _experiment(http, inbox, scenario)
+        measured = [await _experiment(http, inbox, scenario) for _ in range(repeats)]
     ratios = [m["ratio"] for m in measured]
     return {
         "hosts": hosts,
@@ -100,11 +109,11 @@ async def _measure(running: Fleet, hosts: int) -> dict[str, Any]:
 
 
 async def _experiment(
-    http: httpx.AsyncClient, inbox: asyncio.Queue[dict[str, Any]]
+    http: httpx.AsyncClient, inbox: asyncio.Queue[dict[str, Any]], scenario: dict[str, Any]
 ) -> dict[str, Any]:
     response = await http.post(
         "/v1/experiments",
-        json={"model": "squeezenet", "frameworks": ["onnxruntime"], "scenario": SCENARIO},
+        json={"model": "squeezenet", "frameworks": ["onnxruntime"], "scenario": scenario},
     )
     response.raise_for_status()
     experiment_id = response.json()["id"]

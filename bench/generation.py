@@ -31,12 +31,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.common import median_ci95, percentiles
+from bench.common import median_ci95, percentiles, smollm_manifests
 from services.workers.framework.frameworks import framework_for
 from services.workers.framework.generator import Generator
 from services.workers.framework.predictors import Predictor
@@ -45,7 +46,7 @@ from shared.errors import ConfigurationError
 from shared.manifests import ModelManifest
 from shared.processing.text import load_tokenizer, synthetic_texts
 
-__all__ = ["run"]
+__all__ = ["Batches", "run"]
 
 TARGET_RATIO = 1.01
 TOKENS = 32
@@ -59,31 +60,65 @@ WARMUP = 3
 BareLoop = Callable[[np.ndarray], tuple[int, int]]
 
 
-async def run(scale: float = 1.0) -> dict[str, Any]:
-    """``scale`` multiplies the number of rounds (0.2 for a quick look)."""
-    return await asyncio.to_thread(_run, scale)
+@dataclass(frozen=True)
+class Batches:
+    """The batch part: ``prompts`` prompts generated at each of ``sizes``, ``rounds`` times."""
+
+    sizes: tuple[int, ...] = BATCH_SIZES
+    prompts: int = BATCH_PROMPTS
+    rounds: int = BATCH_ROUNDS
 
 
-def _run(scale: float) -> dict[str, Any]:
-    from dlscope.zoo.smollm import build_smollm
+@dataclass(frozen=True)
+class Plan:
+    """What each framework runs: ``rounds`` prompts after ``warmup`` of them, of ``tokens``
+    tokens each, then the ``batches``."""
 
+    rounds: int
+    warmup: int
+    tokens: int
+    batches: Batches
+
+
+async def run(
+    scale: float = 1.0,
+    *,
+    tokens: int = TOKENS,
+    warmup: int = WARMUP,
+    batches: Batches | None = None,
+    zoo: Path | None = None,
+) -> dict[str, Any]:
+    """``scale`` multiplies the number of rounds (0.2 for a quick look); ``tokens`` a request,
+    after ``warmup`` requests untimed; ``zoo``: a folder where the zoo has built SmolLM2
+    already (built into a temporary folder otherwise, a minute)."""
+    plan = Plan(max(3, round(ROUNDS * scale)), warmup, tokens, batches or Batches())
+    return await asyncio.to_thread(_run, plan, zoo)
+
+
+def _run(plan: Plan, zoo: Path | None) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     results: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    with tempfile.TemporaryDirectory(prefix="dlscope-generation-") as folder:
-        built = {m.framework.name: m for m, _ in build_smollm(Path(folder))}
-        for framework, manifest in built.items():
+    with tempfile.TemporaryDirectory(prefix="dlscope-generation-") as scratch:
+        folder = zoo or Path(scratch)
+        for framework, manifest in smollm_manifests(folder).items():
             try:
                 framework_for(framework)
             except ConfigurationError as exc:
                 skipped[framework] = str(exc)
                 continue
-            rounds = max(3, round(ROUNDS * scale))
-            results[framework] = _compare(framework, manifest, Path(folder), rounds)
-            results[framework]["batches"] = _batches(framework, manifest, Path(folder))
+            # Opened once for both parts: TorchScript's executor compiles on the first calls.
+            with _opened(framework, manifest, folder, plan.tokens) as (predictor, generator):
+                texts = _prompts(manifest, folder)
+                results[framework] = _compare(
+                    framework, predictor, generator, texts(plan.rounds, 0), plan
+                )
+                results[framework]["batches"] = _batches(
+                    generator, texts(plan.batches.prompts, 1), plan
+                )
     return {
         "model": "smollm2 (SmolLM2-135M-Instruct, float32)",
-        "tokens_per_request": TOKENS,
+        "tokens_per_request": plan.tokens,
         "frameworks": results,
         "skipped": skipped,
         "target_ratio": TARGET_RATIO,
@@ -93,37 +128,47 @@ def _run(scale: float) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _opened(
-    framework: str, manifest: ModelManifest, folder: Path, count: int, seed: int
-) -> Iterator[tuple[Predictor, Generator, list[np.ndarray]]]:
-    """The model open on ``framework``, its generator (``TOKENS`` tokens a request, end of
-    sequence ignored) and ``count`` seeded prompts of 64 vocabulary words; closed after."""
-    assert manifest.tokenizer is not None
-    tokenizer = load_tokenizer(str(folder / Path(manifest.tokenizer.uri).name))
-    asked = prompt_ids(manifest, synthetic_texts(tokenizer, count, 64, seed=seed), tokenizer)
+    framework: str, manifest: ModelManifest, folder: Path, tokens: int
+) -> Iterator[tuple[Predictor, Generator]]:
+    """The model open on ``framework`` and its generator (``tokens`` tokens a request, end of
+    sequence ignored); closed after."""
     predictor = framework_for(framework).create()
     predictor.open(manifest, folder / Path(manifest.source.uri).name, hardware="cpu")
     try:
-        yield predictor, Generator(manifest, predictor.predict, TOKENS, ignore_eos=True), asked
+        yield predictor, Generator(manifest, predictor.predict, tokens, ignore_eos=True)
     finally:
         predictor.close()
 
 
-def _compare(framework: str, manifest: ModelManifest, folder: Path, rounds: int) -> dict[str, Any]:
-    with _opened(framework, manifest, folder, rounds, seed=0) as (predictor, generator, asked):
-        bare = _bare_loop(framework, predictor, generator)
-        for prompt in asked[:WARMUP]:
-            generator.generate(prompt)
-            bare(prompt)
-        ours_ttft, ours_tpot, bare_ttft, bare_tpot = [], [], [], []
-        for prompt in asked:
-            generated = generator.generate(prompt)
-            first, last = generated.token_ns[0], generated.token_ns[-1]
-            ours_ttft.append(first - generated.issued_ns)
-            ours_tpot.append((last - first) / (TOKENS - 1))
-            prefill, decode = bare(prompt)
-            bare_ttft.append(prefill)
-            bare_tpot.append(decode / (TOKENS - 1))
-        described = predictor.describe()
+def _prompts(manifest: ModelManifest, folder: Path) -> Callable[[int, int], list[np.ndarray]]:
+    """``count`` prompts of 64 vocabulary words, seeded by ``seed``."""
+    assert manifest.tokenizer is not None
+    tokenizer = load_tokenizer(str(folder / Path(manifest.tokenizer.uri).name))
+
+    def texts(count: int, seed: int) -> list[np.ndarray]:
+        return prompt_ids(manifest, synthetic_texts(tokenizer, count, 64, seed=seed), tokenizer)
+
+    return texts
+
+
+def _compare(
+    framework: str, predictor: Predictor, generator: Generator, asked: list[np.ndarray], plan: Plan
+) -> dict[str, Any]:
+    tokens, rounds = plan.tokens, plan.rounds
+    bare = _bare_loop(framework, predictor, generator, tokens)
+    for prompt in asked[: plan.warmup]:
+        generator.generate(prompt)
+        bare(prompt)
+    ours_ttft, ours_tpot, bare_ttft, bare_tpot = [], [], [], []
+    for prompt in asked:
+        generated = generator.generate(prompt)
+        first, last = generated.token_ns[0], generated.token_ns[-1]
+        ours_ttft.append(first - generated.issued_ns)
+        ours_tpot.append((last - first) / (tokens - 1))
+        prefill, decode = bare(prompt)
+        bare_ttft.append(prefill)
+        bare_tpot.append(decode / (tokens - 1))
+    described = predictor.describe()
     ratios = [ours / theirs for ours, theirs in zip(ours_tpot, bare_tpot, strict=True)]
     tpot_ms = statistics.median(ours_tpot) / 1e6
     return {
@@ -144,34 +189,34 @@ def _compare(framework: str, manifest: ModelManifest, folder: Path, rounds: int)
     }
 
 
-def _batches(framework: str, manifest: ModelManifest, folder: Path) -> dict[str, Any]:
+def _batches(generator: Generator, asked: list[np.ndarray], plan: Plan) -> dict[str, Any]:
     """Output tokens/s and step time at each batch size, on the same prompts."""
-    with _opened(framework, manifest, folder, BATCH_PROMPTS, seed=1) as (_, generator, asked):
-        alone = [generator.generate(prompt).tokens for prompt in asked]
-        walls: dict[int, list[float]] = {size: [] for size in BATCH_SIZES}
-        steps: dict[int, list[float]] = {size: [] for size in BATCH_SIZES}
-        agree: dict[int, bool] = {size: True for size in BATCH_SIZES}
-        for _ in range(BATCH_ROUNDS):
-            for size in BATCH_SIZES:
-                start = time.perf_counter_ns()
-                done = []
-                for first in range(0, BATCH_PROMPTS, size):
-                    done.extend(generator.generate_batch(asked[first : first + size]))
-                walls[size].append((time.perf_counter_ns() - start) / 1e9)
-                for g in done:
-                    steps[size].extend(np.diff(g.token_ns) / 1e6)
-                agree[size] &= [g.tokens for g in done] == alone
+    batches, tokens = plan.batches, plan.tokens
+    alone = [generator.generate(prompt).tokens for prompt in asked]
+    walls: dict[int, list[float]] = {size: [] for size in batches.sizes}
+    steps: dict[int, list[float]] = {size: [] for size in batches.sizes}
+    agree: dict[int, bool] = {size: True for size in batches.sizes}
+    for _ in range(batches.rounds):
+        for size in batches.sizes:
+            start = time.perf_counter_ns()
+            done = []
+            for first in range(0, batches.prompts, size):
+                done.extend(generator.generate_batch(asked[first : first + size]))
+            walls[size].append((time.perf_counter_ns() - start) / 1e9)
+            for g in done:
+                steps[size].extend(np.diff(g.token_ns) / 1e6)
+            agree[size] &= [g.tokens for g in done] == alone
     return {
         f"batch_{size}": {
-            "output_tokens_per_s": BATCH_PROMPTS * TOKENS / statistics.median(walls[size]),
+            "output_tokens_per_s": batches.prompts * tokens / statistics.median(walls[size]),
             "step_ms_median": statistics.median(steps[size]),
             "same_tokens_as_alone": agree[size],
         }
-        for size in BATCH_SIZES
+        for size in batches.sizes
     }
 
 
-def _bare_loop(framework: str, predictor: Predictor, generator: Generator) -> BareLoop:
+def _bare_loop(framework: str, predictor: Predictor, generator: Generator, tokens: int) -> BareLoop:
     """The user's own loop on the predictor's session: three clock reads a request."""
     clock = time.perf_counter_ns
     empty = generator.empty_cache()
@@ -191,7 +236,7 @@ def _bare_loop(framework: str, predictor: Predictor, generator: Generator) -> Ba
             )
             token = np.asarray([[int(np.argmax(logits[0]))]], dtype=np.int64)
             prefilled = clock()
-            for step in range(1, TOKENS):
+            for step in range(1, tokens):
                 mask = np.ones((1, prompt.shape[1] + step), dtype=np.int64)
                 logits, key, value = session.run(
                     None,
@@ -222,7 +267,7 @@ def _bare_loop(framework: str, predictor: Predictor, generator: Generator) -> Ba
             )
             token = np.asarray([[int(np.argmax(logits.numpy()[0]))]], dtype=np.int64)
             prefilled = clock()
-            for step in range(1, TOKENS):
+            for step in range(1, tokens):
                 mask = torch.ones((1, prompt.shape[1] + step), dtype=torch.int64)
                 logits, key, value = module(torch.from_numpy(token), mask, key, value)
                 token = np.asarray([[int(np.argmax(logits.numpy()[0]))]], dtype=np.int64)

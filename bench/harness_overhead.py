@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import median_ci95, percentiles
+from bench.common import digits_manifests, median_ci95, percentiles
 from services.workers.framework.frameworks import framework_for
 from services.workers.framework.predictors import Predictor
 from services.workers.framework.session import Session
@@ -67,20 +67,32 @@ class Case:
     per_round: int
 
 
-async def run(scale: float = 1.0) -> dict[str, Any]:
-    """``scale`` multiplies the number of rounds (0.1 for a quick look)."""
-    return await asyncio.to_thread(_run, scale)
+MODELS = ("digits-cnn", "squeezenet")
 
 
-def _run(scale: float) -> dict[str, Any]:
+async def run(
+    scale: float = 1.0,
+    *,
+    warmup: int = WARMUP,
+    models: tuple[str, ...] = MODELS,
+    zoo: Path | None = None,
+) -> dict[str, Any]:
+    """``scale`` multiplies the number of rounds (0.1 for a quick look); ``warmup`` untimed
+    queries open each case; ``models``: which of ``MODELS`` (each in every format); ``zoo``:
+    a folder where ``build_digits`` has built the digits CNN already (built into a temporary
+    folder otherwise)."""
+    return await asyncio.to_thread(_run, scale, warmup, models, zoo)
+
+
+def _run(scale: float, warmup: int, models: tuple[str, ...], zoo: Path | None) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     results: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="dlscope-overhead-") as folder:
-        for case in _cases(Path(folder), skipped):
+        for case in _cases(Path(folder), zoo, models, skipped):
             rounds = max(3, round(case.rounds * scale))
-            result = _compare(case, rounds)
-            result["isolated"] = asyncio.run(_compare_isolated(case, rounds, Path(folder)))
+            result = _compare(case, rounds, warmup)
+            result["isolated"] = asyncio.run(_compare_isolated(case, rounds, warmup, Path(folder)))
             results[f"{case.framework}/{case.model}"] = result
     return {
         "cases": results,
@@ -90,11 +102,11 @@ def _run(scale: float) -> dict[str, Any]:
     }
 
 
-def _cases(folder: Path, skipped: dict[str, str]) -> list[Case]:
-    from dlscope.zoo import build_digits
-
+def _cases(
+    folder: Path, zoo: Path | None, chosen: tuple[str, ...], skipped: dict[str, str]
+) -> list[Case]:
     artifacts = ArtifactCache(folder / "artifacts")
-    digits = {m.manifest.framework.name: m.manifest for m in build_digits(folder / "zoo")}
+    digits = digits_manifests(folder / "zoo" if zoo is None else zoo)
     squeezenet = load_manifest(SQUEEZENET)
     assert isinstance(squeezenet, ModelManifest)
     cases = []
@@ -107,8 +119,10 @@ def _cases(folder: Path, skipped: dict[str, str]) -> list[Case]:
         if framework == "onnxruntime":
             models = {"digits-cnn": digits["onnxruntime"], "squeezenet": squeezenet}
         else:
-            models = _torch_models(folder / "torch", digits["pytorch"], squeezenet)
+            models = _torch_models(folder / "torch", digits["pytorch"], squeezenet, chosen)
         for model, manifest in models.items():
+            if model.partition(" ")[0] not in chosen:
+                continue
             small = model.startswith("digits")
             cases.append(
                 Case(
@@ -129,7 +143,7 @@ def _cases(folder: Path, skipped: dict[str, str]) -> list[Case]:
 NO_WARMUP = WarmupSettings(max_windows=0)
 
 
-def _compare(case: Case, rounds: int) -> dict[str, Any]:
+def _compare(case: Case, rounds: int, warmup: int = WARMUP) -> dict[str, Any]:
     predictor = framework_for(case.framework).create()
     predictor.open(case.manifest, case.path, hardware="cpu")
     try:
@@ -141,10 +155,10 @@ def _compare(case: Case, rounds: int) -> dict[str, Any]:
         # The worker's path, as measurement.py measure runs it: run_scenario's single-stream
         # driver around predictor.predict on inputs built beforehand.
         run = predictor.predict
-        warm = SingleStream(min_query_count=WARMUP, min_duration_s=0, warmup=NO_WARMUP)
+        warm = SingleStream(min_query_count=warmup, min_duration_s=0, warmup=NO_WARMUP)
         run_scenario(warm, lambda _: run(inputs))
         for loop in loops.values():
-            loop(WARMUP, 1)
+            loop(warmup, 1)
         one_round = SingleStream(min_query_count=case.per_round, min_duration_s=0, warmup=NO_WARMUP)
         for _ in range(rounds):
             timed = list(run_scenario(one_round, lambda _: run(inputs)).phases[0].latencies_ns)
@@ -177,23 +191,28 @@ def _compare(case: Case, rounds: int) -> dict[str, Any]:
     return result
 
 
-async def _compare_isolated(case: Case, rounds: int, home: Path) -> dict[str, Any]:
+async def _compare_isolated(case: Case, rounds: int, warmup: int, home: Path) -> dict[str, Any]:
     """``_compare`` run inside a framework process, where a worker now measures: dlscope's
     driver against the bare loop in that same process. (Not against a loop in this process:
     two live sessions' thread pools, spinning after each query, would slow each other.)"""
     framework = FrameworkProcess(case.framework, "cpu", options=FrameworkOptions(home=home))
     try:
-        result: dict[str, Any] = await framework.call(
-            FrameworkCall(f"{__name__}:compare_in_session", dict), case, rounds
-        )
+        result = await framework.call(COMPARE_IN_SESSION, case, rounds, warmup)
     finally:
         await framework.close()
     return result
 
 
-def compare_in_session(session: Session, case: Case, rounds: int) -> dict[str, Any]:
+def compare_in_session(
+    session: Session, case: Case, rounds: int, warmup: int = WARMUP
+) -> dict[str, Any]:
     """In the framework process: the same comparison as in this one."""
-    return _compare(case, rounds)
+    return _compare(case, rounds, warmup)
+
+
+# The call a framework process makes of it: named, as every call across the pipe is
+# (services.workers.handover), so the worker side never imports this module's framework.
+COMPARE_IN_SESSION = FrameworkCall(f"{__name__}:compare_in_session", dict)
 
 
 BareLoop = Callable[[int, int], list[int]]
@@ -261,7 +280,7 @@ def _bare_loops(
 
 
 def _torch_models(
-    folder: Path, digits: ModelManifest, squeezenet: ModelManifest
+    folder: Path, digits: ModelManifest, squeezenet: ModelManifest, chosen: tuple[str, ...]
 ) -> dict[str, ModelManifest]:
     """digits-cnn as TorchScript (the zoo's) and as a torch.export program, and SqueezeNet
     1.0 in both formats: the same architecture as the ONNX graph, random weights."""
@@ -283,6 +302,8 @@ def _torch_models(
         ("digits-cnn", digits_module, torch.zeros(2, 1, 8, 8), digits, dynamic),
         ("squeezenet", squeezenet_module, torch.zeros(1, 3, 224, 224), squeezenet, None),
     ):
+        if name not in chosen:
+            continue
         module.eval()
         exported = folder / f"{name}.pt2"
         program = torch.export.export(module, (example,), dynamic_shapes=shapes)

@@ -30,12 +30,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench.common import median_ci95, percentiles
+from bench.common import digits_manifests, median_ci95, percentiles
 from dlscope.cli.live import parse_line
 from harness.quiet import wait_until_quiet
 from services.workers.framework.frameworks import framework_for
@@ -46,7 +47,7 @@ from shared.manifests import ModelManifest, load_manifest
 from shared.measurement import SingleStream, ValidityThresholds, WarmupSettings, run_scenario
 from shared.measurement.readings import MachineWatch
 
-__all__ = ["run"]
+__all__ = ["Scale", "run"]
 
 QUIET_RUNS = int(os.environ.get("DLSCOPE_BENCH_QUIET_RUNS", "20"))
 HOG_RUNS = int(os.environ.get("DLSCOPE_BENCH_HOG_RUNS", "10"))
@@ -62,12 +63,29 @@ INTERFERENCE = {
     "noise_probe_shifted",
 }
 NO_WARMUP = WarmupSettings(max_windows=0)
+# How long a run waits for a quiet machine before it starts anyway (harness.quiet).
+PATIENCE_S = 900.0
 
 
-async def run() -> dict[str, Any]:
+@dataclass(frozen=True)
+class Scale:
+    """How much of each part runs; the defaults are the benchmark's (and its environment
+    variables'), tests/bench runs one of each."""
+
+    quiet_runs: int = QUIET_RUNS
+    hog_runs: int = HOG_RUNS
+    overhead_rounds: int = OVERHEAD_ROUNDS
+    patience_s: float = PATIENCE_S
+    run: tuple[str, ...] = tuple(RUN)
+
+
+async def run(scale: Scale | None = None, *, zoo: Path | None = None) -> dict[str, Any]:
+    """Both parts at ``scale`` (``Scale()``); ``zoo``: a folder where ``build_digits`` has
+    built the digits CNN already (built into a temporary folder otherwise)."""
+    scale = scale or Scale()
     before = os.getloadavg()
-    overhead = await asyncio.to_thread(_overhead)
-    detection = await asyncio.to_thread(_detection)
+    overhead = await asyncio.to_thread(_overhead, scale, zoo)
+    detection = await asyncio.to_thread(_detection, scale)
     return {
         "cpu": _cpu_model(),
         "thresholds": ValidityThresholds().model_dump(
@@ -89,20 +107,14 @@ def _cpu_model() -> str:
 # --- overhead -------------------------------------------------------------------------------
 
 
-def _overhead() -> dict[str, Any]:
-    from dlscope.zoo import build_digits
-
-    busy_before = wait_until_quiet()
+def _overhead(scale: Scale, zoo: Path | None) -> dict[str, Any]:
+    busy_before = wait_until_quiet(patience_s=scale.patience_s)
     watch = MachineWatch()
     snapshot_us = _snapshot_cost_us(watch)
     results: dict[str, Any] = {"machine_busy_before": busy_before, "snapshot_us": snapshot_us}
     with tempfile.TemporaryDirectory(prefix="dlscope-interference-") as folder:
         artifacts = ArtifactCache(Path(folder) / "artifacts")
-        digits = next(
-            m.manifest
-            for m in build_digits(Path(folder) / "zoo")
-            if m.manifest.framework.name == "onnxruntime"
-        )
+        digits = digits_manifests(zoo or Path(folder) / "zoo")["onnxruntime"]
         squeezenet = load_manifest(REPOSITORY_ROOT / "manifests" / "models" / "squeezenet.yaml")
         assert isinstance(squeezenet, ModelManifest)
         for name, manifest, per_block in (
@@ -110,7 +122,7 @@ def _overhead() -> dict[str, Any]:
             ("digits-cnn", digits, 400),
         ):
             path = artifacts.fetch(manifest.source)
-            results[name] = _alternate(manifest, path, watch, per_block)
+            results[name] = _alternate(manifest, path, watch, per_block, scale.overhead_rounds)
     return results
 
 
@@ -124,7 +136,7 @@ def _snapshot_cost_us(watch: MachineWatch, count: int = 1000) -> dict[str, float
 
 
 def _alternate(
-    manifest: ModelManifest, path: Path, watch: MachineWatch, per_block: int
+    manifest: ModelManifest, path: Path, watch: MachineWatch, per_block: int, rounds: int
 ) -> dict[str, Any]:
     predictor = framework_for("onnxruntime").create()
     predictor.open(manifest, path, hardware="cpu")
@@ -139,7 +151,7 @@ def _alternate(
         run_scenario(block, query)  # warm: caches, allocators, thread pools
         arms: dict[str, list[int]] = {"on": [], "off": []}
         paired: list[tuple[float, float]] = []
-        for number in range(OVERHEAD_ROUNDS):
+        for number in range(rounds):
             order = ("on", "off") if number % 2 == 0 else ("off", "on")
             medians = {}
             for arm in order:
@@ -152,7 +164,7 @@ def _alternate(
         predictor.close()
     ratios = [on / off for on, off in paired]
     return {
-        "rounds": OVERHEAD_ROUNDS,
+        "rounds": rounds,
         "queries_per_block": per_block,
         "on": percentiles([ns / 1e6 for ns in arms["on"]]),
         "off": percentiles([ns / 1e6 for ns in arms["off"]]),
@@ -164,16 +176,16 @@ def _alternate(
 # --- detection ------------------------------------------------------------------------------
 
 
-def _detection() -> dict[str, Any]:
+def _detection(scale: Scale) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="dlscope-interference-") as home:
-        quiet = [_one_run(Path(home), number, hogs=0) for number in range(QUIET_RUNS)]
+        quiet = [_one_run(Path(home), n, scale, hogs=0) for n in range(scale.quiet_runs)]
         cpus = len(os.sched_getaffinity(0))
-        hogged = [_one_run(Path(home), number, hogs=cpus) for number in range(HOG_RUNS)]
+        hogged = [_one_run(Path(home), n, scale, hogs=cpus) for n in range(scale.hog_runs)]
     false_alarms = [r for r in quiet if r["flagged"]]
     warned = [r for r in quiet if r["warned"]]
     caught = [r for r in hogged if "other_processes_used_cpu" in r["codes"]]
     return {
-        "command": "dlscope run " + " ".join(RUN),
+        "command": "dlscope run " + " ".join(scale.run),
         "quiet": {
             "runs": len(quiet),
             "false_alarms": len(false_alarms),
@@ -195,7 +207,7 @@ def _detection() -> dict[str, Any]:
     }
 
 
-def _one_run(home: Path, number: int, *, hogs: int) -> dict[str, Any]:
+def _one_run(home: Path, number: int, scale: Scale, *, hogs: int) -> dict[str, Any]:
     """One ``dlscope run``, with ``hogs`` busy loops started a second into its timed window."""
     result = home / f"run-{hogs}-{number}.json"
     environment = {
@@ -203,11 +215,11 @@ def _one_run(home: Path, number: int, *, hogs: int) -> dict[str, Any]:
         "DLSCOPE_HOME": str(home),
         "DLSCOPE_PROGRESS": "lines",
     }
-    busy_before = wait_until_quiet()
+    busy_before = wait_until_quiet(patience_s=scale.patience_s)
     load = os.getloadavg()[0]
     started: list[subprocess.Popen[bytes]] = []
     with subprocess.Popen(
-        [sys.executable, "-m", "dlscope", "run", *RUN, "--json", str(result)],
+        [sys.executable, "-m", "dlscope", "run", *scale.run, "--json", str(result)],
         env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

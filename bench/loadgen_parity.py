@@ -50,11 +50,14 @@ SLEEP = SingleStream(
 )
 
 
-async def run(squeezenet_rounds: int = 16, sleep_rounds: int = 10) -> dict[str, Any]:
-    return await asyncio.to_thread(_measure, squeezenet_rounds, sleep_rounds)
+async def run(
+    squeezenet_rounds: int = 16, sleep_rounds: int = 10, *, logs: Path = LOGS
+) -> dict[str, Any]:
+    """``logs``: where LoadGen's own logs of each round are kept."""
+    return await asyncio.to_thread(_measure, squeezenet_rounds, sleep_rounds, logs)
 
 
-def _measure(squeezenet_rounds: int, sleep_rounds: int) -> dict[str, Any]:
+def _measure(squeezenet_rounds: int, sleep_rounds: int, logs: Path) -> dict[str, Any]:
     manifest = load_manifest(MANIFEST)
     assert isinstance(manifest, ModelManifest)
     options = ort.SessionOptions()
@@ -77,18 +80,20 @@ def _measure(squeezenet_rounds: int, sleep_rounds: int) -> dict[str, Any]:
         "squeezenet": {
             "model": manifest.ref,
             "onnxruntime": ort.__version__,
-            **_compare("squeezenet", squeezenet, SQUEEZENET, squeezenet_rounds),
+            **_compare(logs / "squeezenet", squeezenet, SQUEEZENET, squeezenet_rounds),
         },
-        "sleep_2ms": _compare("sleep_2ms", sleep_2ms, SLEEP, sleep_rounds),
-        "loadgen_logs": str(LOGS),
+        "sleep_2ms": _compare(logs / "sleep_2ms", sleep_2ms, SLEEP, sleep_rounds),
+        "loadgen_logs": str(logs),
         "targets": {"p90_relative_gap_abs": 0.03},
     }
 
 
-def _compare(name: str, run_query: RunQuery, scenario: SingleStream, rounds: int) -> dict[str, Any]:
+def _compare(
+    logs: Path, run_query: RunQuery, scenario: SingleStream, rounds: int
+) -> dict[str, Any]:
     per_round = []
     for i in range(rounds):
-        directory = LOGS / name / f"round-{i}"
+        directory = logs / f"round-{i}"
         # Which goes first alternates, so a trend over the run favours neither.
         if i % 2 == 0:
             ours = _dlscope(run_query, scenario)

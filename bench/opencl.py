@@ -62,7 +62,7 @@ def _by_operator(engine: Engine) -> dict[str, float]:
     return {op: round(ms, 2) for op, ms in sorted(totals.items(), key=lambda kv: -kv[1])}
 
 
-def _measure(path: Path) -> dict[str, Any]:
+def _measure(path: Path, queries_by_batch: dict[int, int], warmup: int) -> dict[str, Any]:
     device = open_device("cpu")
     engine = Engine.load(path, device)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -72,14 +72,14 @@ def _measure(path: Path) -> dict[str, Any]:
         "onnxruntime": ort.__version__,
         "load_average_before": os.getloadavg(),
     }
-    for batch, queries in QUERIES.items():
+    for batch, queries in queries_by_batch.items():
         x = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224), np.float32)
         started = time.perf_counter()
         ours = engine.run({name: x})[0]  # the first run makes and binds the plan
         plan_s = time.perf_counter() - started
         theirs = session.run(None, {name: x})[0]
         error = float(np.abs(ours - theirs).max() / np.abs(theirs).max())
-        for _ in range(WARMUP):
+        for _ in range(warmup):
             engine.run({name: x})
             session.run(None, {name: x})
         opencl_ms, ort_ms = [], []
@@ -107,8 +107,10 @@ def _measure(path: Path) -> dict[str, Any]:
     return results
 
 
-async def run() -> dict[str, Any]:
+async def run(queries: dict[int, int] | None = None, *, warmup: int = WARMUP) -> dict[str, Any]:
+    """``queries``: how many timed queries at each batch size (``QUERIES``), each size after
+    ``warmup`` untimed ones."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "resnet50-dynamic.onnx"
         batch_dynamic(locate(RESNET50), path)
-        return await asyncio.to_thread(_measure, path)
+        return await asyncio.to_thread(_measure, path, queries or QUERIES, warmup)

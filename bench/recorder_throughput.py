@@ -17,6 +17,7 @@ versions gap-free.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import statistics
@@ -151,32 +152,40 @@ def evaluation_events(rng: random.Random) -> list[Envelope]:
 CASES = (("single_events_1_recorder", 1, 1), ("batches_of_50_1_recorder", 1, 50))
 
 
-async def suite(rounds: int = 3) -> dict[str, Any]:
-    """Each case in turn, ``rounds`` times, so all see the same machine conditions."""
+async def suite(
+    rounds: int = 3, *, evaluations: int = 4000, patience_s: float = 120
+) -> dict[str, Any]:
+    """Each case in turn, ``rounds`` times, so all see the same machine conditions: each
+    ``run`` of ``evaluations``, after waiting up to ``patience_s`` for a quiet machine."""
     results: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in CASES}
     for _ in range(rounds):
         for name, recorders, batch in CASES:
             # Each run starts on a quiet machine: the last one's 21 000 persistent messages
             # and 20 000 rows are still being written back to disk (kernel threads busy for
             # seconds after), and that would be measured with the next one.
-            busy = await asyncio.to_thread(wait_until_quiet, patience_s=120)
-            result = await run(recorders=recorders, batch=batch)
+            busy = await asyncio.to_thread(wait_until_quiet, patience_s=patience_s)
+            result = await run(evaluations, recorders=recorders, batch=batch)
             results[name].append({**result, "machine_busy_before": round(busy, 3)})
     return {
         **results,
         "sustained_events_per_s": {
-            name: [round(r["sustained_events_per_s"]) for r in runs]
+            name: [_rounded(r["sustained_events_per_s"]) for r in runs]
             for name, runs in results.items()
         },
         "recorder_cpu_per_event_us": {
             name: [r["recorder_cpu_per_event_us"] for r in runs] for name, runs in results.items()
         },
         "median_events_per_s": {
-            name: round(statistics.median(r["sustained_events_per_s"] for r in runs))
+            name: _rounded(statistics.median(r["sustained_events_per_s"] for r in runs))
             for name, runs in results.items()
         },
         "target_events_per_s": 10_000,
     }
+
+
+def _rounded(rate: float) -> float:
+    # A run too small to span two commit times has an infinite rate (_verify): kept as it is.
+    return round(rate) if math.isfinite(rate) else rate
 
 
 async def run(

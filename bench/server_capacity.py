@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -26,7 +27,7 @@ import numpy as np
 from shared.measurement import Server, SingleStream, judge, run_scenario, summarize_result
 from shared.measurement.contention import heavy_processes
 
-__all__ = ["run"]
+__all__ = ["Search", "run"]
 
 START_QPS = 2_000
 MAX_QPS = 1_024_000
@@ -35,16 +36,31 @@ ATTEMPTS = 3
 TRIAL_S = 1.0
 
 
-async def run() -> dict[str, Any]:
-    return await asyncio.to_thread(_measure)
+@dataclass(frozen=True)
+class Search:
+    """How far the capacity search goes, and how long each of its trials runs."""
+
+    start_qps: int = START_QPS
+    max_qps: int = MAX_QPS
+    bisect_steps: int = BISECT_STEPS
+    attempts: int = ATTEMPTS
+    trial_s: float = TRIAL_S
 
 
-def _measure() -> dict[str, Any]:
+async def run(
+    search: Search | None = None, *, overhead_queries: int = 200_000, overhead_s: float = 2.0
+) -> dict[str, Any]:
+    """The null model's harness overhead over ``overhead_queries`` queries and at least
+    ``overhead_s`` seconds, then the capacity ``search`` (``Search()``) of each issuer."""
+    return await asyncio.to_thread(_measure, search or Search(), overhead_queries, overhead_s)
+
+
+def _measure(search: Search, overhead_queries: int, overhead_s: float) -> dict[str, Any]:
     machine = {"load_average": os.getloadavg(), "heavy_processes": heavy_processes()}
     return {
         "machine_at_start": machine,
-        "harness_overhead": _harness_overhead(),
-        "server_capacity": {issuer: _capacity(issuer) for issuer in ("inline", "thread")},
+        "harness_overhead": _harness_overhead(overhead_queries, overhead_s),
+        "server_capacity": {issuer: _capacity(issuer, search) for issuer in ("inline", "thread")},
         "targets": {"harness_overhead_ns_per_query": 10_000, "server_qps": 20_000},
     }
 
@@ -53,8 +69,8 @@ def _null(_: Sequence[int]) -> None:
     return None
 
 
-def _harness_overhead() -> dict[str, Any]:
-    scenario = SingleStream(min_query_count=200_000, min_duration_s=2.0)
+def _harness_overhead(queries: int, seconds: float) -> dict[str, Any]:
+    scenario = SingleStream(min_query_count=queries, min_duration_s=seconds)
     phase = run_scenario(scenario, _null).phases[0]
     outside = phase.overhead.per_query_ns
     return {
@@ -65,8 +81,8 @@ def _harness_overhead() -> dict[str, Any]:
     }
 
 
-def _trial(qps: int, issuer: Literal["inline", "thread"]) -> dict[str, Any]:
-    scenario = Server(target_qps=qps, latency_bound_ms=10, min_duration_s=TRIAL_S, issuer=issuer)
+def _trial(qps: int, issuer: Literal["inline", "thread"], seconds: float) -> dict[str, Any]:
+    scenario = Server(target_qps=qps, latency_bound_ms=10, min_duration_s=seconds, issuer=issuer)
     result = run_scenario(scenario, _null)
     verdict = judge(result)
     stats = summarize_result(result)[0]
@@ -86,26 +102,26 @@ def _trial(qps: int, issuer: Literal["inline", "thread"]) -> dict[str, Any]:
     }
 
 
-def _capacity(issuer: Literal["inline", "thread"]) -> dict[str, Any]:
+def _capacity(issuer: Literal["inline", "thread"], search: Search) -> dict[str, Any]:
     trials: list[dict[str, Any]] = []
 
     def sustained(qps: int) -> bool:
-        for _ in range(ATTEMPTS):
-            trials.append(_trial(qps, issuer))
+        for _ in range(search.attempts):
+            trials.append(_trial(qps, issuer, search.trial_s))
             if trials[-1]["status"] == "VALID":
                 return True
         return False
 
     highest_valid: int | None = None
     first_invalid: int | None = None
-    qps = START_QPS
-    while qps <= MAX_QPS:
+    qps = search.start_qps
+    while qps <= search.max_qps:
         if not sustained(qps):
             first_invalid = qps
             break
         highest_valid = qps
         qps *= 2
-    for _ in range(BISECT_STEPS):
+    for _ in range(search.bisect_steps):
         if highest_valid is None or first_invalid is None:
             break
         middle = (highest_valid + first_invalid) // 2

@@ -24,13 +24,14 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dlscope.zoo import build_digits
+from bench.common import digits_manifests
 from services.workers.framework.frameworks import framework_for
 from services.workers.framework.predictors import Profiles, Unavailable
 from services.workers.framework.profiling import PROFILER_WARMUP
@@ -43,7 +44,7 @@ from shared.manifests import ModelManifest, load_manifest
 from shared.measurement import summarize_result
 from shared.messages import PROFILED_LEVELS, LayerTiming, RunEvaluation, Scenario, TraceLevel
 
-__all__ = ["run"]
+__all__ = ["Scale", "run"]
 
 MANIFESTS = Path(__file__).parent.parent / "manifests" / "models"
 # Queries per traced pass (dlscope's default is 5: more here, for steadier medians).
@@ -57,8 +58,22 @@ HEADLINE_LARGE = Scenario(iterations=30, min_duration_s=1.0, warmup=4)
 SPAN_LAYERS = 5_000
 
 
+@dataclass(frozen=True)
+class Scale:
+    """How much each subject runs: the defaults are the benchmark's; tests/bench runs it
+    with a handful of queries of each."""
+
+    trace_queries: int = TRACE_QUERIES
+    rounds: int = ROUNDS
+    per_round: int = PER_ROUND
+    headline_pairs: int = HEADLINE_PAIRS
+    headline: Scenario = HEADLINE
+    headline_large: Scenario = HEADLINE_LARGE
+    span_layers: int = SPAN_LAYERS
+
+
 def _subjects(zoo: Path) -> list[tuple[str, str, ModelManifest]]:
-    built = {m.manifest.framework.name: m.manifest for m in build_digits(zoo)}
+    built = digits_manifests(zoo)
     resnet = load_manifest(MANIFESTS / "resnet50.yaml")
     squeezenet = load_manifest(MANIFESTS / "squeezenet.yaml")
     assert isinstance(resnet, ModelManifest)
@@ -74,7 +89,12 @@ def _subjects(zoo: Path) -> list[tuple[str, str, ModelManifest]]:
 
 
 def _measure(
-    framework: str, manifest: ModelManifest, path: Path, level: TraceLevel, scenario: Scenario
+    framework: str,
+    manifest: ModelManifest,
+    path: Path,
+    level: TraceLevel,
+    scenario: Scenario,
+    trace_queries: int = TRACE_QUERIES,
 ) -> Any:
     job = RunEvaluation(
         evaluation_id=uuid.uuid4(),
@@ -84,7 +104,7 @@ def _measure(
         hardware="cpu",
         scenario=scenario,
         trace_level=level,
-        trace_queries=TRACE_QUERIES,
+        trace_queries=trace_queries,
     )
     with tempfile.TemporaryDirectory() as results:
         inputs = JobInputs(model=path, results_dir=Path(results))
@@ -104,7 +124,9 @@ def _timed(call: Any, inputs: dict[str, np.ndarray], queries: int) -> list[int]:
     return durations
 
 
-def _raw_slowdowns(framework: str, manifest: ModelManifest, path: Path) -> dict[str, Any]:
+def _raw_slowdowns(
+    framework: str, manifest: ModelManifest, path: Path, scale: Scale
+) -> dict[str, Any]:
     """Each profiler on the open model: rounds of plain queries alternating with rounds
     under the profiler (switched on for its round only)."""
     predictor = framework_for(framework).create()
@@ -121,13 +143,13 @@ def _raw_slowdowns(framework: str, manifest: ModelManifest, path: Path) -> dict[
             plain: list[int] = []
             traced: list[int] = []
             layers = 0
-            for _ in range(ROUNDS):
-                plain += _timed(predictor.predict, inputs, PER_ROUND)
+            for _ in range(scale.rounds):
+                plain += _timed(predictor.predict, inputs, scale.per_round)
                 profiler.start()  # on only for its round: torch's and TF's see every op
                 try:
                     for _ in range(PROFILER_WARMUP):  # as dlscope's own pass does
                         profiler.predict(inputs)
-                    traced += _timed(profiler.predict, inputs, PER_ROUND)
+                    traced += _timed(profiler.predict, inputs, scale.per_round)
                 finally:
                     layers += len(profiler.stop())
             found[level] = {
@@ -142,10 +164,13 @@ def _raw_slowdowns(framework: str, manifest: ModelManifest, path: Path) -> dict[
     return found
 
 
-def _subject(framework: str, manifest: ModelManifest, path: Path, large: bool) -> dict[str, Any]:
-    scenario = HEADLINE_LARGE if large else HEADLINE
-    pairs = 3 if large else HEADLINE_PAIRS
-    full = _measure(framework, manifest, path, "full", scenario)
+def _subject(
+    framework: str, manifest: ModelManifest, path: Path, large: bool, scale: Scale
+) -> dict[str, Any]:
+    scenario = scale.headline_large if large else scale.headline
+    pairs = min(3, scale.headline_pairs) if large else scale.headline_pairs
+    queries = scale.trace_queries
+    full = _measure(framework, manifest, path, "full", scenario, queries)
     reported = {
         o.level: (
             {"source": o.source, "overhead": o.overhead, "traced_p50_ms": o.traced_p50_ns / 1e6}
@@ -159,11 +184,11 @@ def _subject(framework: str, manifest: ModelManifest, path: Path, large: bool) -
     for _ in range(pairs):
         for level in ("none", "full"):
             if len(headline[level]) < pairs:
-                run = _measure(framework, manifest, path, level, scenario)  # type: ignore[arg-type]
+                run = _measure(framework, manifest, path, level, scenario, queries)  # type: ignore[arg-type]
                 headline[level].append(_headline_p50_ms(run))
     return {
         "reported_overhead": reported,
-        "raw_profiler": _raw_slowdowns(framework, manifest, path),
+        "raw_profiler": _raw_slowdowns(framework, manifest, path, scale),
         "headline_p50_ms": headline,
         "headline_full_over_none": statistics.median(headline["full"])
         / statistics.median(headline["none"]),
@@ -189,7 +214,7 @@ class _Accept(BaseHTTPRequestHandler):
         pass
 
 
-def _spans_per_second() -> dict[str, Any]:
+def _spans_per_second(span_layers: int = SPAN_LAYERS) -> dict[str, Any]:
     """A pass of ``SPAN_LAYERS`` layers recorded as spans and exported over OTLP/HTTP."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
@@ -222,7 +247,7 @@ def _spans_per_second() -> dict[str, Any]:
                 for layer in range(per_query)
             ),
         )
-        for index in range(SPAN_LAYERS // per_query)
+        for index in range(max(1, span_layers // per_query))
     )
     tracing = Tracing("framework", passes=(TracedPass("framework", "bench", queries),))
     try:
@@ -235,6 +260,7 @@ def _spans_per_second() -> dict[str, Any]:
     finally:
         provider.shutdown()
         collector.shutdown()
+        collector.server_close()
     # The job, the pass, its queries and their layers.
     spans = 2 + len(queries) + sum(len(query.layers) for query in queries)
     return {
@@ -245,17 +271,20 @@ def _spans_per_second() -> dict[str, Any]:
     }
 
 
-async def run() -> dict[str, Any]:
+async def run(scale: Scale | None = None, *, zoo: Path | None = None) -> dict[str, Any]:
+    """Every subject at ``scale`` (``Scale()``); ``zoo``: a folder where ``build_digits`` has
+    built the digits CNN already (built into a temporary folder otherwise)."""
+    scale = scale or Scale()
     with tempfile.TemporaryDirectory() as scratch:
         cache = ArtifactCache(Path(scratch) / "artifacts")
         results: dict[str, Any] = {"load_average_before": os.getloadavg()}
-        for framework, name, manifest in _subjects(Path(scratch) / "zoo"):
+        for framework, name, manifest in _subjects(zoo or Path(scratch) / "zoo"):
             path = await asyncio.to_thread(cache.fetch, manifest.source)
             key = f"{framework} {name}"
             results[key] = await asyncio.to_thread(
-                _subject, framework, manifest, path, name == "resnet50"
+                _subject, framework, manifest, path, name == "resnet50", scale
             )
-        results["spans"] = _spans_per_second()
+        results["spans"] = _spans_per_second(scale.span_layers)
         results["load_average_after"] = os.getloadavg()
         results["numpy"] = np.__version__
         return results

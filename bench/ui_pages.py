@@ -58,18 +58,22 @@ ENVIRONMENT = {
 }
 
 
-async def run() -> dict[str, Any]:
+async def run(
+    latencies: int = LATENCIES, evaluations: int = EVALUATIONS, *, repeats: int = REPEATS
+) -> dict[str, Any]:
+    """A run of ``latencies`` stored latencies and a list of ``evaluations`` (at least the
+    50 of a page), each page read ``repeats`` times (the reports half as often)."""
     async with throwaway_deployment(RABBITMQ_URL, POSTGRES_ADMIN_DSN, prefix="uib") as deployment:
-        big, listed = await _store(deployment)
+        big, listed = await _store(deployment, latencies, evaluations)
         for service in ("recorder", "analyzer", "gateway"):
             deployment.start(service)
         async with httpx.AsyncClient(base_url=deployment.gateway_url, timeout=120) as http:
             await eventually(lambda: _ready(http), timeout=60)
             result: dict[str, Any] = {
-                "stored": {"latencies": LATENCIES, "evaluations": listed},
-                "server": await _server(http, big, listed),
+                "stored": {"latencies": latencies, "evaluations": listed},
+                "server": await _server(http, big, listed, repeats),
             }
-            result["browser"] = await _browser(deployment.gateway_url, big)
+            result["browser"] = await _browser(deployment.gateway_url, big, repeats)
         return result
 
 
@@ -137,17 +141,18 @@ def _lifecycle(evaluation_id: uuid.UUID, measured: EvaluationMeasured) -> list[E
     ]
 
 
-async def _store(deployment: Deployment) -> tuple[uuid.UUID, int]:
-    """One evaluation of 100 000 latencies, and 10 000 small ones for the list."""
+async def _store(deployment: Deployment, latencies: int, evaluations: int) -> tuple[uuid.UUID, int]:
+    """One evaluation of ``latencies`` latencies (100 000), and ``evaluations`` small ones
+    for the list (10 000)."""
     rng = np.random.default_rng(0)
     async with EventStore.from_url(deployment.database_url) as store:
         big = uuid.uuid4()
-        latencies = (rng.lognormal(np.log(2e6), 0.15, LATENCIES)).astype(np.int64)
-        await store.append(_lifecycle(big, _measured(big, latencies)))
+        drawn = (rng.lognormal(np.log(2e6), 0.15, latencies)).astype(np.int64)
+        await store.append(_lifecycle(big, _measured(big, drawn)))
         # Small runs for the list: what a list row shows is the same whatever the run's size.
         small = _measured(uuid.uuid4(), rng.lognormal(np.log(2e6), 0.15, 64).astype(np.int64))
         batch: list[Envelope] = []
-        for _ in range(EVALUATIONS - 1):
+        for _ in range(evaluations - 1):
             key = uuid.uuid4()
             batch += _lifecycle(key, small.model_copy(update={"evaluation_id": key}))
             if len(batch) >= 2000:
@@ -155,7 +160,7 @@ async def _store(deployment: Deployment) -> tuple[uuid.UUID, int]:
                 batch = []
         if batch:
             await store.append(batch)
-    return big, EVALUATIONS
+    return big, evaluations
 
 
 async def _timed(http: httpx.AsyncClient, path: str, repeats: int = REPEATS) -> dict[str, Any]:
@@ -170,23 +175,27 @@ async def _timed(http: httpx.AsyncClient, path: str, repeats: int = REPEATS) -> 
     return {**percentiles(times), "bytes": size}
 
 
-async def _server(http: httpx.AsyncClient, big: uuid.UUID, listed: int) -> dict[str, Any]:
+async def _server(
+    http: httpx.AsyncClient, big: uuid.UUID, listed: int, repeats: int
+) -> dict[str, Any]:
     last = (listed // 50 - 1) * 50
+    reports = max(1, repeats // 2)
+    report = f"/v1/evaluations/{big}/report"
     return {
-        "evaluation_page": await _timed(http, f"/evaluations/{big}"),
-        "figures_json": await _timed(http, f"/v1/evaluations/{big}/figures"),
-        "list_first_page": await _timed(http, "/evaluations?limit=50"),
-        "list_last_page": await _timed(http, f"/evaluations?limit=50&offset={last}"),
+        "evaluation_page": await _timed(http, f"/evaluations/{big}", repeats),
+        "figures_json": await _timed(http, f"/v1/evaluations/{big}/figures", repeats),
+        "list_first_page": await _timed(http, "/evaluations?limit=50", repeats),
+        "list_last_page": await _timed(http, f"/evaluations?limit=50&offset={last}", repeats),
         "list_filtered": await _timed(
-            http, "/evaluations?limit=50&framework=onnxruntime&status=completed"
+            http, "/evaluations?limit=50&framework=onnxruntime&status=completed", repeats
         ),
-        "report_html": await _timed(http, f"/v1/evaluations/{big}/report", repeats=5),
-        "report_csv": await _timed(http, f"/v1/evaluations/{big}/report?format=csv", repeats=5),
-        "report_md": await _timed(http, f"/v1/evaluations/{big}/report?format=md", repeats=5),
+        "report_html": await _timed(http, report, reports),
+        "report_csv": await _timed(http, f"{report}?format=csv", reports),
+        "report_md": await _timed(http, f"{report}?format=md", reports),
     }
 
 
-async def _browser(base_url: str, big: uuid.UUID) -> dict[str, Any]:
+async def _browser(base_url: str, big: uuid.UUID, repeats: int) -> dict[str, Any]:
     if not HAS_CHROMIUM:
         return {"skipped": f"no Chromium at {CHROMIUM}"}
     from playwright.async_api import async_playwright
@@ -198,7 +207,7 @@ async def _browser(base_url: str, big: uuid.UUID) -> dict[str, Any]:
             executable_path=str(CHROMIUM), args=["--no-sandbox"]
         )
         try:
-            for _ in range(REPEATS):
+            for _ in range(repeats):
                 page = await browser.new_page(viewport={"width": 1366, "height": 900})
                 await page.goto(f"{base_url}/evaluations/{big}")
                 await page.wait_for_selector("body[data-charts-drawn]", timeout=60_000)

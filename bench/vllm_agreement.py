@@ -18,6 +18,7 @@ for each metric (the goal: within 5 %).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -40,22 +41,38 @@ OUTPUT_TOKENS = 16
 GOAL = 0.05
 
 
-async def run(rounds: int = ROUNDS) -> dict[str, Any]:
-    return await asyncio.to_thread(_run, rounds)
+async def run(
+    rounds: int = ROUNDS,
+    *,
+    requests: int = REQUESTS,
+    url: str | None = None,
+    home: Path | None = None,
+) -> dict[str, Any]:
+    """``rounds`` of ``requests`` requests from each tool. ``url``: the API root of a vLLM
+    already serving SmolLM2 as ``harness.vllm_server`` starts it (one is started otherwise);
+    ``home``: a dlscope home where ``dlscope zoo build smollm2`` has run (built in a
+    temporary one otherwise, a minute)."""
+    return await asyncio.to_thread(_run, rounds, requests, url, home)
 
 
-def _run(rounds: int) -> dict[str, Any]:
-    if not VLLM.exists():
+def _run(rounds: int, requests: int, url: str | None, home: Path | None) -> dict[str, Any]:
+    if not VLLM.exists():  # its client (`vllm bench serve`) too
         return {"skipped": NOT_INSTALLED}
-    with tempfile.TemporaryDirectory(prefix="vllm-agreement-") as scratch:
-        home = Path(scratch)
-        _dlscope(home, "zoo", "build", "smollm2", "--out", str(home / "zoo"))
-        with vllm_server(home / "vllm.log") as url:
-            by_round = []
-            for number in range(rounds):
-                vllm = _vllm_bench(url, home / f"vllm-{number}.json")
-                ours = _dlscope_run(url, home, home / f"dlscope-{number}.json")
-                by_round.append({"vllm_bench": vllm, "dlscope": ours})
+    with (
+        tempfile.TemporaryDirectory(prefix="vllm-agreement-") as scratch,
+        contextlib.ExitStack() as stack,
+    ):
+        results = Path(scratch)
+        if home is None:
+            home = results
+            _dlscope(home, "zoo", "build", "smollm2", "--out", str(home / "zoo"))
+        if url is None:
+            url = stack.enter_context(vllm_server(results / "vllm.log"))
+        by_round = []
+        for number in range(rounds):
+            vllm = _vllm_bench(url, results / f"vllm-{number}.json", requests)
+            ours = _dlscope_run(url, home, results / f"dlscope-{number}.json", requests)
+            by_round.append({"vllm_bench": vllm, "dlscope": ours})
     ratios = {
         metric: statistics.median(r["dlscope"][metric] / r["vllm_bench"][metric] for r in by_round)
         for metric in ("ttft_p50_ms", "tpot_p50_ms", "itl_p50_ms", "output_tokens_per_s")
@@ -65,11 +82,11 @@ def _run(rounds: int) -> dict[str, Any]:
         "dlscope_over_vllm_bench": ratios,
         "within_goal": {metric: abs(ratio - 1) <= GOAL for metric, ratio in ratios.items()},
         "goal": f"within {GOAL:.0%}",
-        "requests_per_round": REQUESTS,
+        "requests_per_round": requests,
     }
 
 
-def _vllm_bench(url: str, result: Path) -> dict[str, float]:
+def _vllm_bench(url: str, result: Path, requests: int) -> dict[str, float]:
     subprocess.run(
         [
             str(VLLM),
@@ -77,7 +94,7 @@ def _vllm_bench(url: str, result: Path) -> dict[str, float]:
             *("--base-url", url.removesuffix("/v1"), "--model", SERVED),
             *("--tokenizer", str(CHECKPOINT), "--dataset-name", "random"),
             *("--random-input-len", str(INPUT_TOKENS), "--random-output-len", str(OUTPUT_TOKENS)),
-            *("--num-prompts", str(REQUESTS), "--max-concurrency", "1", "--ignore-eos"),
+            *("--num-prompts", str(requests), "--max-concurrency", "1", "--ignore-eos"),
             *("--save-result", "--result-dir", str(result.parent)),
             *("--result-filename", result.name),
         ],
@@ -95,11 +112,11 @@ def _vllm_bench(url: str, result: Path) -> dict[str, float]:
     }
 
 
-def _dlscope_run(url: str, home: Path, result: Path) -> dict[str, float]:
+def _dlscope_run(url: str, home: Path, result: Path, requests: int) -> dict[str, float]:
     _dlscope(
         home,
         *("run", "smollm2", "--framework", "endpoint", "--endpoint", url),
-        *("-n", str(REQUESTS), "--min-duration", "0", "--max-new-tokens", str(OUTPUT_TOKENS)),
+        *("-n", str(requests), "--min-duration", "0", "--max-new-tokens", str(OUTPUT_TOKENS)),
         *("--json", str(result)),
         DLSCOPE_ENDPOINT_API_KEY=KEY,
     )

@@ -3,20 +3,27 @@
 Real services: RabbitMQ and PostgreSQL on 127.0.0.1 (``make test`` starts them). Each test
 gets its own broker namespace (exchange and queue prefix) and each session its own Postgres
 database, so tests never see each other's messages or rows.
+
+What takes seconds to build or start is built or started once per session and only read by
+the tests that share it: the zoo's digits CNN (``digits_zoo``), MiniLM (``minilm_zoo``),
+SmolLM2 (``smollm2_home``), llama.cpp's server (``llama_url``) and vLLM (``vllm_served``). A
+test that builds or writes such files does so in a folder of its own; one that stops a server
+starts its own. The tiers, and the skips CI refuses: tests/tiers.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import httpx
@@ -25,7 +32,12 @@ import pytest
 
 from dlscope.cli.http import registration
 from shared.config import REPOSITORY_ROOT
-from shared.manifests import Manifest, ModelManifest, parse_manifest
+from shared.manifests import Manifest, ModelManifest, load_manifest, parse_manifest
+from tests.tiers import FIXTURE_MARKS, STRICT, built_here
+
+if TYPE_CHECKING:
+    from dlscope.zoo import BuiltModel
+    from harness.otlp import OtlpReceiver
 
 RABBITMQ_URL = os.environ.get("DLSCOPE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 # The events of one evaluation that completes, in the order they are stored.
@@ -88,6 +100,34 @@ def runnable(frameworks: tuple[str, ...], hardware: str = "cpu") -> tuple[str, .
     return tuple(f for f in frameworks if f != "opencl" or opencl_problem(hardware) is None)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks each test by the fixtures it uses (tests/tiers.py), so ``-m`` selects it."""
+    for item in items:
+        used = getattr(item, "fixturenames", ())
+        for fixture, mark in FIXTURE_MARKS.items():
+            if fixture in used:
+                item.add_marker(mark)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Under ``DLSCOPE_TEST_STRICT=1`` (``make test``), a skip because something the test
+    command builds is missing here fails the test instead (tests/tiers.py)."""
+    report: pytest.TestReport = yield
+    if STRICT and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if built_here(reason):
+            report.outcome = "failed"
+            report.longrepr = (
+                f"{reason.removeprefix('Skipped: ')}\n"
+                "`make test` builds or installs this, so in its run (DLSCOPE_TEST_STRICT=1) "
+                "a test that cannot find it fails rather than skipping."
+            )
+    return report
+
+
 @pytest.fixture
 def namespace() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
@@ -112,9 +152,9 @@ def _execute(dsn: str, sql: str) -> None:
         thread.submit(asyncio.run, execute()).result()
 
 
-@pytest.fixture(scope="session")
-def postgres_database() -> Iterator[str]:
-    """A fresh database for this test session; its SQLAlchemy URL."""
+@contextlib.contextmanager
+def fresh_database() -> Iterator[str]:
+    """A database of its own, dropped after; its SQLAlchemy URL."""
     name = f"dlscope_test_{uuid.uuid4().hex[:10]}"
     _execute(POSTGRES_ADMIN_DSN, f'CREATE DATABASE "{name}"')
     base = POSTGRES_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://")
@@ -122,6 +162,13 @@ def postgres_database() -> Iterator[str]:
         yield f"{base}/{name}"
     finally:
         _execute(POSTGRES_ADMIN_DSN, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A fresh database for this test session; its SQLAlchemy URL."""
+    with fresh_database() as url:
+        yield url
 
 
 @pytest.fixture
@@ -133,10 +180,57 @@ def postgres_url(postgres_database: str) -> str:
 
 
 @pytest.fixture(scope="session")
+def digits_zoo(tmp_path_factory: pytest.TempPathFactory) -> list[BuiltModel]:
+    """The zoo's digits CNN, trained and exported once for the session (ten seconds on two
+    cores; a dozen tests read it): ONNX, TorchScript and a SavedModel, with their manifests.
+    Read only: a test that builds or writes files builds into a folder of its own."""
+    from dlscope.zoo import build_digits
+
+    return build_digits(tmp_path_factory.mktemp("digits-zoo"))
+
+
+@pytest.fixture(scope="session")
+def minilm_zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelManifest]:
+    """all-MiniLM-L6-v2 exported once for the session (ONNX and TorchScript, ten seconds and
+    more), by framework. Read only, as ``digits_zoo``."""
+    from dlscope.zoo.minilm import build_minilm
+
+    built = build_minilm(tmp_path_factory.mktemp("minilm-zoo"))
+    return {manifest.framework.name: manifest for manifest, _ in built}
+
+
+@pytest.fixture(scope="session")
+def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama.cpp's server serving SmolLM2, started once for the session (its API root), for
+    the tests that only send it requests; one that stops a server starts its own."""
+    from harness.llama_server import NOT_BUILT, SERVER_PYTHON, llama_server
+
+    if not SERVER_PYTHON.exists():
+        pytest.skip(NOT_BUILT)
+    with llama_server(tmp_path_factory.mktemp("llama") / "server.log") as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="session")
+def vllm_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, OtlpReceiver]]:
+    """vLLM serving SmolLM2 (about a minute to start on two cores), once for the session:
+    its API root, and the collector it exports its spans to. Tests that read the spans pick
+    theirs by trace id."""
+    from harness.otlp import OtlpReceiver
+    from harness.vllm_server import NOT_INSTALLED, VLLM, vllm_server
+
+    if not VLLM.exists():
+        pytest.skip(NOT_INSTALLED)
+    with (
+        OtlpReceiver() as receiver,
+        vllm_server(tmp_path_factory.mktemp("vllm") / "server.log", traces=receiver.url) as url,
+    ):
+        yield url, receiver
+
+
+@pytest.fixture(scope="session")
 def smollm2_zoo(smollm2_home: Path) -> dict[str, ModelManifest]:
     """SmolLM2 as the zoo builds it, by framework (``smollm2_home``)."""
-    from shared.manifests import load_manifest
-
     out = smollm2_home / "zoo"
     manifests = [load_manifest(out / f"{name}.yaml") for name in ("smollm2", "smollm2-torch")]
     return {m.framework.name: m for m in manifests if isinstance(m, ModelManifest)}

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from dlscope.cli.outcome import COMPLETED
-from dlscope.zoo import BuiltModel, build_digits
+from dlscope.zoo import BuiltModel
 from harness.deployment import throwaway_deployment
 from harness.waiting import experiment_outcome, models_listed
 from shared.config import REPOSITORY_ROOT
@@ -42,8 +42,8 @@ CONTENTION = "measured_under_contention"
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory: pytest.TempPathFactory) -> list[BuiltModel]:
-    return build_digits(tmp_path_factory.mktemp("zoo"))
+def zoo(digits_zoo: list[BuiltModel]) -> list[BuiltModel]:
+    return digits_zoo
 
 
 def dlscope(environment: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:

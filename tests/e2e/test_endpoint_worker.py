@@ -23,15 +23,19 @@ from shared.manifests import ModelManifest
 from tests.conftest import POSTGRES_ADMIN_DSN
 from tests.e2e.test_cli import dlscope
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.server,
+    pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT),
+]
 
 NEW_TOKENS = 6
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with llama_server(tmp_path_factory.mktemp("llama") / "server.log") as (url, _):
-        yield url
+@pytest.fixture
+def server(llama_url: str) -> str:
+    """The session's server (tests/conftest.py); a test that needs a second starts it."""
+    return llama_url
 
 
 class _Recorder(ThreadingHTTPServer):

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from dlscope.cli.outcome import COMPLETED
-from dlscope.zoo import BuiltModel, build_digits
+from dlscope.zoo import BuiltModel
 from harness.deployment import Deployment, throwaway_deployment
 from harness.waiting import experiment_outcome, models_listed
 from shared.config import REPOSITORY_ROOT
@@ -35,9 +35,8 @@ FRAMEWORKS = runnable(("onnxruntime", "pytorch", "tensorflow", "opencl"))
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory: pytest.TempPathFactory) -> list[BuiltModel]:
-    built = build_digits(tmp_path_factory.mktemp("zoo"))
-    return built
+def zoo(digits_zoo: list[BuiltModel]) -> list[BuiltModel]:
+    return digits_zoo
 
 
 def dlscope(environment: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
@@ -189,17 +188,10 @@ def test_run_all_frameworks_embedded_prints_one_comparison_and_writes_it(tmp_pat
     }
 
 
-@pytest.fixture(scope="module")
-def minilm_zoo(tmp_path_factory: pytest.TempPathFactory) -> list[ModelManifest]:
-    from dlscope.zoo.minilm import build_minilm
-
-    return [manifest for manifest, _ in build_minilm(tmp_path_factory.mktemp("minilm"))]
-
-
 @pytest.mark.rabbitmq
 @pytest.mark.postgres
 async def test_a_text_encoder_registered_over_http_is_compared_across_frameworks(
-    rabbitmq_url: str, minilm_zoo: list[ModelManifest]
+    rabbitmq_url: str, minilm_zoo: dict[str, ModelManifest]
 ) -> None:
     frameworks = ("onnxruntime", "pytorch")
     async with throwaway_deployment(
@@ -208,11 +200,11 @@ async def test_a_text_encoder_registered_over_http_is_compared_across_frameworks
         deployment.start_all()
         async with httpx.AsyncClient(base_url=deployment.gateway_url, timeout=60) as http:
             await deployment.ready(http)
-            for manifest in minilm_zoo:
+            for manifest in minilm_zoo.values():
                 # The graph and the tokenizer are uploaded with the manifest, as the CLI does.
                 registered = await register_model(http, manifest)
                 assert registered.status_code == 201, registered.text
-            await models_listed(http, [m.name for m in minilm_zoo], timeout=60)
+            await models_listed(http, [m.name for m in minilm_zoo.values()], timeout=60)
             response = await http.post(
                 "/v1/experiments",
                 json={

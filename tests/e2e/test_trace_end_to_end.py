@@ -21,7 +21,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from dlscope.zoo import build_digits
+from dlscope.zoo import BuiltModel
 from harness.deployment import Deployment, fresh_database, purge_namespace, throwaway_deployment
 from harness.waiting import evaluation_outcome, eventually, models_listed
 from tests.conftest import POSTGRES_ADMIN_DSN, register_model, runnable
@@ -233,11 +233,11 @@ DIGITS = {framework: EXPORTS[framework] for framework in runnable(tuple(EXPORTS)
 async def test_the_digits_cnn_is_traced_to_its_layers_on_four_frameworks_which_line_up(
     rabbitmq_url: str,
     collector: Collector,
-    tmp_path_factory: pytest.TempPathFactory,
+    digits_zoo: list[BuiltModel],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("DLSCOPE_OTLP_ENDPOINT", collector.endpoint)
-    zoo = build_digits(tmp_path_factory.mktemp("zoo"))
+    zoo = digits_zoo
     async with throwaway_deployment(
         rabbitmq_url, POSTGRES_ADMIN_DSN, prefix="trc", frameworks=tuple(DIGITS)
     ) as deployment:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,26 +17,27 @@ import pytest
 from dlscope.cli.outcome import COMPLETED
 from harness.llama_server import KEY
 from harness.otlp import OtlpReceiver
-from harness.vllm_server import NOT_INSTALLED, VLLM, vllm_server
+from harness.vllm_server import NOT_INSTALLED, VLLM
 from harness.waiting import eventually
 from shared.eventstore import EventStore
 from shared.messages import evaluation_stream
 from tests.e2e.test_cli import dlscope
 
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not VLLM.exists(), reason=NOT_INSTALLED)]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.server,
+    pytest.mark.skipif(not VLLM.exists(), reason=NOT_INSTALLED),
+]
 
 REQUESTS = 3
 NEW_TOKENS = 6
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, OtlpReceiver]]:
-    """vLLM's API root, and the collector it and dlscope export their spans to."""
-    with (
-        OtlpReceiver() as receiver,
-        vllm_server(tmp_path_factory.mktemp("vllm") / "server.log", traces=receiver.url) as url,
-    ):
-        yield url, receiver
+@pytest.fixture
+def served(vllm_served: tuple[str, OtlpReceiver]) -> tuple[str, OtlpReceiver]:
+    """vLLM's API root, and the collector it and dlscope export their spans to: the
+    session's (tests/conftest.py), which the vLLM benchmark's smoke run shares."""
+    return vllm_served
 
 
 def test_vllm_joins_the_evaluations_trace_and_agrees_with_the_in_process_model(

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
-from dlscope.zoo import BuiltModel, build_digits
+from dlscope.zoo import BuiltModel
 from harness.deployment import Deployment, throwaway_deployment
 from harness.waiting import models_listed
 from shared.config import REPOSITORY_ROOT
@@ -53,9 +53,8 @@ TIMEOUT_MS = 240_000
 
 
 @pytest.fixture(scope="module")
-def zoo(tmp_path_factory: pytest.TempPathFactory) -> list[BuiltModel]:
-    built: list[BuiltModel] = build_digits(tmp_path_factory.mktemp("zoo"))
-    return built
+def zoo(digits_zoo: list[BuiltModel]) -> list[BuiltModel]:
+    return digits_zoo
 
 
 @pytest.fixture

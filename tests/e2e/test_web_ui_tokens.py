@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from harness.llama_server import KEY, NOT_BUILT, SERVER_PYTHON, llama_server
+from harness.llama_server import KEY
 from harness.relay import free_port
 from harness.waiting import eventually
 from shared.config import REPOSITORY_ROOT
@@ -64,13 +64,11 @@ async def _evaluated(http: httpx.AsyncClient, framework: str, **scenario: Any) -
     return evaluation_id
 
 
+@pytest.mark.server
 async def test_a_generation_page_shows_its_token_latencies_and_charts(
-    smollm2_home: Path, tmp_path: Path
+    smollm2_home: Path, llama_url: str
 ) -> None:
-    if not SERVER_PYTHON.exists():
-        pytest.skip(NOT_BUILT)
-    with llama_server(tmp_path / "server.log") as (url, _):
-        await _pages(smollm2_home, url)
+    await _pages(smollm2_home, llama_url)
 
 
 async def _pages(home: Path, served_at: str) -> None:

@@ -4,12 +4,14 @@ the embedded stack (memory broker, SQLite) or on RabbitMQ + PostgreSQL."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from dlscope.embedded import all_services
 from harness.deployment import purge_namespace
@@ -18,6 +20,7 @@ from shared.config import Settings
 from shared.messaging import create_broker
 from shared.runtime import Runtime, Service, running
 from shared.telemetry import Telemetry
+from tests.conftest import fresh_database
 
 
 class Stack:
@@ -100,3 +103,35 @@ async def any_stack(
     settings = stack_settings(request, tmp_path, namespace)
     async with started_stack(settings, embedded=request.param == "embedded") as stack:
         yield stack
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=STACKS)
+async def module_stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Stack]:
+    """``any_stack`` started once for a module whose tests only read from it, or each add
+    only what no other test of the module looks at (its own evaluation, a refused request):
+    a stack starts in seconds, and such a module has a dozen tests on each. Its tests run on
+    the module's event loop (``pytest.mark.asyncio(loop_scope="module")``)."""
+    with module_stack_settings(request, tmp_path_factory) as settings:
+        async with started_stack(settings, embedded=request.param == "embedded") as stack:
+            yield stack
+
+
+@contextlib.contextmanager
+def module_stack_settings(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Settings]:
+    """``stack_settings`` for a stack that serves a whole module: a home, a namespace and
+    (on PostgreSQL) a database of its own, so that it may outlive the module's other tests'
+    stacks without seeing them or being seen."""
+    home = tmp_path_factory.mktemp("stack")
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    if request.param == "embedded":
+        yield Settings(home=home, namespace=namespace)
+        return
+    with fresh_database() as database_url:
+        broker_url = request.getfixturevalue("rabbitmq_url")
+        yield Settings(
+            home=home, namespace=namespace, broker_url=broker_url, database_url=database_url
+        )

@@ -113,6 +113,8 @@ async def test_a_job_waits_for_its_device_and_progress_names_the_holder(stack: S
     assert lease["acquired_at"] <= lease["released_at"]
 
 
+# Slow: it waits out the evaluation's timeout (ten seconds), by design.
+@pytest.mark.slow
 async def test_a_job_whose_device_never_comes_fails_in_time_saying_what_it_waited_for(
     stack: Stack,
 ) -> None:

@@ -7,7 +7,6 @@ timed chunk by chunk; a request that fails is data (its kind, its cause, what ca
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,13 @@ from harness.llama_server import EOS, KEY, NOT_BUILT, SERVED, SERVER_PYTHON, fre
 from services.workers.framework.endpoint import Endpoint, Sampling
 from shared.errors import ConfigurationError
 
-pytestmark = pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)
+pytestmark = [pytest.mark.server, pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with llama_server(tmp_path_factory.mktemp("llama") / "server.log") as (url, _):
-        yield url
+@pytest.fixture
+def server(llama_url: str) -> str:
+    """The session's server (tests/conftest.py): these tests only send it requests."""
+    return llama_url
 
 
 def test_checking_an_endpoint_names_what_would_fail_every_request(server: str) -> None:

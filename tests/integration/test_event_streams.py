@@ -11,11 +11,20 @@ import uuid
 from typing import Any
 
 import orjson
+import pytest
 
 from services.gateway.streaming import UNKNOWN_GRACE_S
 from tests.integration.conftest import Stack
 
 SSE = {"accept": "text/event-stream"}
+
+# One stack a module (tests/integration/conftest.py): each test follows ids of its own.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture
+def any_stack(module_stack: Stack) -> Stack:
+    return module_stack
 
 
 async def frames(stack: Stack, evaluation_id: str) -> list[tuple[str, dict[str, Any]]]:

@@ -8,6 +8,7 @@ TorchScript, two exports of one model (same version, tensors and training data).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import socket
 import time
@@ -20,6 +21,7 @@ import httpx
 import numpy as np
 import onnx
 import pytest
+import pytest_asyncio
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
@@ -46,7 +48,7 @@ from shared.messaging import create_broker
 from shared.runtime import Runtime, running
 from shared.telemetry import Telemetry
 from tests.conftest import register_model
-from tests.integration.conftest import Stack
+from tests.integration.conftest import STACKS, Stack, module_stack_settings, stack_settings
 
 DIGITS_MANIFEST = REPOSITORY_ROOT / "manifests" / "datasets" / "digits.yaml"
 
@@ -124,24 +126,31 @@ def model_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return files
 
 
-@pytest.fixture(
-    params=[
-        "embedded",
-        pytest.param("rabbitmq+postgres", marks=[pytest.mark.rabbitmq, pytest.mark.postgres]),
-    ]
-)
+@pytest.fixture(params=STACKS)
 async def stack(
     request: pytest.FixtureRequest, tmp_path: Path, namespace: str, model_files: dict[str, Path]
 ) -> AsyncIterator[Stack]:
     """Every service, an onnxruntime and a pytorch worker; the two exports registered."""
-    settings = Settings(home=tmp_path, namespace=namespace)
-    if request.param != "embedded":
-        settings = settings.model_copy(
-            update={
-                "broker_url": request.getfixturevalue("rabbitmq_url"),
-                "database_url": request.getfixturevalue("postgres_url"),
-            }
-        )
+    settings = stack_settings(request, tmp_path, namespace)
+    async with started(settings, model_files) as stack:
+        yield stack
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=STACKS)
+async def refusing(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    model_files: dict[str, Path],
+) -> AsyncIterator[Stack]:
+    """``stack`` once for the module's tests that only send what is refused or not found:
+    no experiment ever starts on it (they check that too)."""
+    with module_stack_settings(request, tmp_path_factory) as settings:
+        async with started(settings, model_files) as stack:
+            yield stack
+
+
+@contextlib.asynccontextmanager
+async def started(settings: Settings, model_files: dict[str, Path]) -> AsyncIterator[Stack]:
     runtime = Runtime(
         settings, Telemetry.create(settings, "test"), create_broker(settings.broker_url)
     )
@@ -164,8 +173,8 @@ async def stack(
                 yield stack
     finally:
         await runtime.close()
-        if request.param != "embedded":
-            await purge_namespace(settings.broker_url, namespace)
+        if settings.broker_url != "memory://":
+            await purge_namespace(settings.broker_url, settings.namespace)
 
 
 async def frameworks_online(stack: Stack, frameworks: set[str]) -> bool:
@@ -312,19 +321,21 @@ async def test_a_framework_whose_worker_is_missing_is_skipped_and_named(
         ({"models": ["linear", "linear"]}, "models", "each model may be listed once"),
     ],
 )
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_bad_experiment_is_refused_with_a_clear_message(
-    stack: Stack, body: dict[str, Any], where: str, message: str
+    refusing: Stack, body: dict[str, Any], where: str, message: str
 ) -> None:
-    response = await stack.http.post("/v1/experiments", json=body)
+    response = await refusing.http.post("/v1/experiments", json=body)
     assert response.status_code == 422, response.text
     detail = response.json()["detail"][0]
     assert where in detail["loc"]
     assert message in detail["msg"]
-    assert (await stack.http.get("/v1/experiments")).json() == []  # nothing half-started
+    assert (await refusing.http.get("/v1/experiments")).json() == []  # nothing half-started
 
 
-async def test_an_unknown_experiment_is_not_found(stack: Stack) -> None:
-    response = await stack.http.get(f"/v1/experiments/{uuid.uuid4()}")
+@pytest.mark.asyncio(loop_scope="module")
+async def test_an_unknown_experiment_is_not_found(refusing: Stack) -> None:
+    response = await refusing.http.get(f"/v1/experiments/{uuid.uuid4()}")
     assert response.status_code == 404
 
 

@@ -14,7 +14,14 @@ import pytest
 
 from tests.integration.conftest import Stack
 
-pytestmark = pytest.mark.timeout(120)
+# One stack a module (tests/integration/conftest.py): these tests store nothing but the
+# evaluation the last one leaves running, and count what is stored within themselves.
+pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest.fixture
+def any_stack(module_stack: Stack) -> Stack:
+    return module_stack
 
 
 def evaluation(**changes: Any) -> dict[str, Any]:

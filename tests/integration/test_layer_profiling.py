@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlscope.zoo import BuiltModel, build_digits
+from dlscope.zoo import BuiltModel
 from dlscope.zoo.export import export_torchscript
 from services.workers.framework.frameworks import framework_for
 from services.workers.framework.sessions import session_for
@@ -32,10 +32,8 @@ QUICK = Scenario(iterations=16, min_duration_s=0, warmup=0)
 
 
 @pytest.fixture(scope="session")
-def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, BuiltModel]:
-    # Training takes seconds: once for the session.
-    built = build_digits(tmp_path_factory.mktemp("zoo"))
-    return {m.manifest.framework.name: m for m in built}
+def zoo(digits_zoo: list[BuiltModel]) -> dict[str, BuiltModel]:
+    return {m.manifest.framework.name: m for m in digits_zoo}
 
 
 def _measure(

@@ -5,7 +5,18 @@ store; an unknown level is refused naming the allowed ones."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.integration.conftest import Stack
+
+# One stack a module (tests/integration/conftest.py): each test reads the layers of its own
+# evaluations, by id.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture
+def any_stack(module_stack: Stack) -> Stack:
+    return module_stack
 
 
 async def test_a_framework_level_evaluation_keeps_its_layers(any_stack: Stack) -> None:

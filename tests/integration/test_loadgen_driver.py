@@ -128,6 +128,8 @@ class Generation:
         return self.tokens
 
 
+# Slow: LoadGen's server scenario holds its minimum duration, twice over (ten seconds).
+@pytest.mark.slow
 def test_a_generation_server_run_is_judged_by_ttft_and_tpot(tmp_path: Path) -> None:
     # ~10 ms to the first token, then 2 ms a token: at 20 requests/s the median TTFT is the
     # prefill's. Bounds far above both meet; a TPOT bound under 2 ms a token cannot be met.

@@ -23,6 +23,7 @@ import pyopencl as cl
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from dlscope.zoo import BuiltModel
 from services.workers.framework.opencl.devices import (
     BUILD_OPTIONS,
     OpenCLDevice,
@@ -861,10 +862,8 @@ def test_zoo_model_agrees_with_onnxruntime(device: OpenCLDevice, name: str, tmp_
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory: pytest.TempPathFactory) -> ModelManifest:
-    from dlscope.zoo import build_digits
-
-    built = {m.manifest.framework.name: m for m in build_digits(tmp_path_factory.mktemp("zoo"))}
+def digits(digits_zoo: list[BuiltModel]) -> ModelManifest:
+    built = {m.manifest.framework.name: m for m in digits_zoo}
     return built["onnxruntime"].manifest
 
 

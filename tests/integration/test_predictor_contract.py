@@ -20,7 +20,7 @@ import onnxruntime
 import pytest
 import torch
 
-from dlscope.zoo import BuiltModel, build_digits
+from dlscope.zoo import BuiltModel
 from dlscope.zoo.digits import DIGITS_DATASET
 from dlscope.zoo.export import _torchscript_allowed
 from dlscope.zoo.training import digits_cnn
@@ -62,11 +62,13 @@ class Subject:
 
 
 @pytest.fixture(scope="session")
-def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, BuiltModel]:
-    # Training takes seconds: once for the session. Then a torch.export program of the same
-    # weights, which the zoo does not build.
-    folder = tmp_path_factory.mktemp("zoo")
-    built: dict[str, BuiltModel] = {m.manifest.framework.name: m for m in build_digits(folder)}
+def zoo(
+    digits_zoo: list[BuiltModel], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, BuiltModel]:
+    # The session's zoo (tests/conftest.py), and a torch.export program of the same weights,
+    # which the zoo does not build, in a folder of its own.
+    built: dict[str, BuiltModel] = {m.manifest.framework.name: m for m in digits_zoo}
+    folder = tmp_path_factory.mktemp("torch-export")
     built["pytorch-export"] = _exported_program(built["pytorch"], folder / "digits-cnn.pt2")
     return built
 

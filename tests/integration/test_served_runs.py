@@ -34,11 +34,18 @@ from shared.messages import (
     Severity,
 )
 
-pytestmark = pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)
+pytestmark = [pytest.mark.server, pytest.mark.skipif(not SERVER_PYTHON.exists(), reason=NOT_BUILT)]
+
+
+@pytest.fixture
+def serving(llama_url: str) -> str:
+    """The session's server (tests/conftest.py), for a test that only sends it requests."""
+    return llama_url
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A server of the test's own, to stop."""
     with llama_server(tmp_path / "server.log") as (url, process):
         yield url, process
 
@@ -69,12 +76,10 @@ def _tokenizer(manifest: ModelManifest) -> Path:
 
 
 def test_the_open_loop_issues_on_schedule_and_measures_its_own_lag(
-    smollm2_zoo: dict[str, ModelManifest],
-    served: tuple[str, subprocess.Popen[bytes]],
-    tmp_path: Path,
+    smollm2_zoo: dict[str, ModelManifest], serving: str, tmp_path: Path
 ) -> None:
     manifest = smollm2_zoo["onnxruntime"]
-    url, _ = served
+    url = serving
     job = _job(manifest, name="server", target_qps=4.0, iterations=8, min_duration_s=0)
     run = measure_served(url, job, _tokenizer(manifest), tmp_path)
     record = run.generation

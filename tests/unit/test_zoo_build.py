@@ -23,10 +23,9 @@ from shared.processing import preprocess_batch
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, BuiltModel]:
-    # Training takes seconds: once for the whole module.
-    models = build_digits(tmp_path_factory.mktemp("zoo"))
-    return {model.manifest.framework.name: model for model in models}
+def built(digits_zoo: list[BuiltModel]) -> dict[str, BuiltModel]:
+    # Trained once for the session (tests/conftest.py); rebuilt below where that is the test.
+    return {model.manifest.framework.name: model for model in digits_zoo}
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,9 @@ from shared.processing.text import load_tokenizer
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelManifest]:
-    # Exporting takes about ten seconds: once for the whole module.
-    out = tmp_path_factory.mktemp("zoo")
-    return {m.framework.name: m for m, _ in minilm.build_minilm(out)}
+def built(minilm_zoo: dict[str, ModelManifest]) -> dict[str, ModelManifest]:
+    # Exported once for the session (tests/conftest.py).
+    return minilm_zoo
 
 
 def _onnx(manifest: ModelManifest, texts: list[str]) -> np.ndarray:
@@ -83,7 +82,9 @@ def test_building_again_pins_the_same_files(
     built: dict[str, ModelManifest], tmp_path: Path
 ) -> None:
     # Where it was built, both files are kept; the ONNX file is the same bytes anywhere
-    # (torch.jit.save writes a random id into every archive: dlscope.zoo.export).
+    # (torch.jit.save writes a random id into every archive: dlscope.zoo.export). Built
+    # again in the session's folder, which other tests read: what this test checks is that
+    # building there changes nothing.
     folder = Path(built["onnxruntime"].source.uri).parent
     here = {m.framework.name: m for m, _ in minilm.build_minilm(folder)}
     elsewhere = {m.framework.name: m for m, _ in minilm.build_minilm(tmp_path)}
