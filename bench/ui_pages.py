@@ -229,11 +229,19 @@ async def _browser(base_url: str, big: uuid.UUID, repeats: int) -> dict[str, Any
 
 
 async def _first_paint(page: Any) -> float:
-    # The paint entry is recorded shortly after the paint itself, possibly after "load".
-    await page.wait_for_function(
-        "performance.getEntriesByName('first-contentful-paint').length > 0", timeout=10_000
-    )
-    value = await page.evaluate(
-        "performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null"
-    )
+    # The paint entry is recorded shortly after the paint itself, possibly after "load". The
+    # wait is a promise the page resolves, not wait_for_function: that one builds its
+    # predicate with eval, which the pages' Content-Security-Policy (script-src 'self') refuses.
+    value = await page.evaluate(FIRST_PAINT, 10_000)
     return float("nan") if value is None else float(value)
+
+
+FIRST_PAINT = """(limit) => new Promise((resolve) => {
+    const entry = () => performance.getEntriesByName('first-contentful-paint')[0];
+    if (entry()) { resolve(entry().startTime); return; }
+    const observer = new PerformanceObserver(() => {
+        if (entry()) { observer.disconnect(); resolve(entry().startTime); }
+    });
+    observer.observe({ type: 'paint', buffered: true });
+    setTimeout(() => { observer.disconnect(); resolve(entry()?.startTime ?? null); }, limit);
+})"""

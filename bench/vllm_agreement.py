@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from dlscope.cli.outcome import COMPLETED
 from harness.llama_server import KEY, SERVED
 from harness.vllm_server import CHECKPOINT, NOT_INSTALLED, PLATFORM, VLLM, vllm_server
 from shared.config import REPOSITORY_ROOT
@@ -145,7 +146,7 @@ def _dlscope(home: Path, *arguments: str, **variables: str) -> None:
         text=True,
         timeout=900,
     )
-    # A run exits 1 with a verdict that is not VALID (16 requests are too few for a p90):
+    # A run exits 3 with a verdict that is not VALID (16 requests are too few for a p90):
     # what is compared here are the medians, which it reports either way.
-    if done.returncode not in (0, 1):
+    if done.returncode not in COMPLETED:
         raise RuntimeError(f"dlscope {' '.join(arguments)} failed: {done.stderr[-2000:]}")

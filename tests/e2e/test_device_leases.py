@@ -122,7 +122,8 @@ def test_run_all_frameworks_embedded_measures_the_members_one_at_a_time(tmp_path
         assert CONTENTION not in reasons
 
     result = dlscope(environment, *arguments, "--concurrent", "--json", str(tmp_path / "c.json"))
-    assert result.returncode == 0, result.stderr + result.stdout
+    # Measured together, the members are INVALID for contention (exit 3), as they should be.
+    assert result.returncode in COMPLETED, result.stderr + result.stdout
     document = json.loads((tmp_path / "c.json").read_text())
     members = [e["evaluation_id"] for e in document["evaluations"]]
     together(asyncio.run(stored_leases(database, members)))

@@ -163,7 +163,8 @@ def test_run_all_frameworks_embedded_prints_one_comparison_and_writes_it(tmp_pat
         "--json",
         str(result_file),
     )
-    assert result.returncode == 0, result.stderr + result.stdout
+    # Twenty queries on a shared machine may well be INVALID (exit 3); parity is shown either way.
+    assert result.returncode in COMPLETED, result.stderr + result.stdout
     shown = " ".join(result.stdout.split())
     assert "parity vs reference" in shown
     assert "parity: every pair within tolerance" in shown
