@@ -2,7 +2,7 @@
 # and `make test` (lint, types, import contracts, then every test against real RabbitMQ and
 # PostgreSQL, started or installed first when this is root). Both create .venv as needed.
 # `make test-fast` is the developer's loop: the tests that need no service, server or zoo
-# build (tests/tiers.py), in minutes.
+# build (tests/tiers.py), in minutes. A bare `pytest` runs every test, one at a time.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -17,8 +17,13 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # The tiers are chosen here, never in pytest's addopts: a bare `pytest` runs every test.
 FAST := not rabbitmq and not postgres and not e2e and not zoo and not server and not slow
 # What every CI run records, so that the next split is measured: the slowest tests, and
-# each test's time and outcome (build/ is ignored by git).
+# each test's time and outcome (build/ is ignored by git), for each of the two parts.
 RESULTS := build/test-results.xml
+ALONE_RESULTS := build/test-results-alone.xml
+# `make test` runs the suite on this many workers (pytest-xdist), a test file to a worker
+# (its module fixtures built once), then the tests marked `alone` by themselves: those that
+# judge a quiet machine, where a second worker is the contention they exist to see.
+WORKERS ?= 2
 
 .PHONY: run test test-fast lint services bench clean
 
@@ -64,7 +69,9 @@ services:
 # DLSCOPE_TEST_STRICT: a test skipped because something this target builds is missing
 # (the servers' virtualenvs, a framework, Chromium) fails instead (tests/tiers.py).
 test: $(VENV)/.installed $(LLAMA)/.installed $(VLLM)/.installed services lint
-	DLSCOPE_TEST_STRICT=1 $(BIN)/pytest --durations=30 --junitxml=$(RESULTS)
+	DLSCOPE_TEST_STRICT=1 $(BIN)/pytest -n $(WORKERS) --dist loadfile -m "not alone" \
+		--durations=30 --junitxml=$(RESULTS)
+	DLSCOPE_TEST_STRICT=1 $(BIN)/pytest -m alone --durations=10 --junitxml=$(ALONE_RESULTS)
 
 test-fast: $(VENV)/.installed
 	$(BIN)/pytest -m "$(FAST)"

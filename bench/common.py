@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from dlscope.cli.outcome import COMPLETED
+from shared.config import REPOSITORY_ROOT
 
 if TYPE_CHECKING:
     from shared.manifests import ModelManifest
@@ -18,6 +23,7 @@ __all__ = [
     "POSTGRES_ADMIN_DSN",
     "RABBITMQ_URL",
     "digits_manifests",
+    "dlscope",
     "median_ci95",
     "percentiles",
     "save",
@@ -92,3 +98,23 @@ def smollm_manifests(zoo: Path) -> dict[str, ModelManifest]:
         return {manifest.framework.name: manifest for manifest, _ in build_smollm(zoo)}
     found = {framework: load_manifest(path) for framework, path in paths.items()}
     return {f: m for f, m in found.items() if isinstance(m, ModelManifest)}
+
+
+def dlscope(home: Path, *arguments: str, timeout_s: float = 900, **variables: str) -> None:
+    """``dlscope *arguments`` as a user types it, in a process of its own: ``home`` its
+    DLSCOPE_HOME, ``variables`` its other settings, none of this process's. A run that
+    completed INVALID (exit 3 or 4: too few samples for a short run's p90, contention) still
+    wrote its result, which is what a benchmark reads; any other failure raises, with what
+    the command said."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
+    environment.update(DLSCOPE_HOME=str(home), **variables)
+    done = subprocess.run(
+        [sys.executable, "-m", "dlscope", *arguments],
+        env=environment,
+        cwd=REPOSITORY_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    if done.returncode not in COMPLETED:
+        raise RuntimeError(f"dlscope {' '.join(arguments)} failed: {done.stderr[-2000:]}")

@@ -19,13 +19,11 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from dlscope.cli.outcome import COMPLETED
+from bench.common import dlscope
 
 __all__ = ["run"]
 
@@ -41,28 +39,9 @@ MODES = (
 )
 
 
-def _dlscope(home: Path, scenario: list[str], *arguments: str) -> dict[str, Any]:
+def _run_one(home: Path, scenario: list[str], *arguments: str) -> dict[str, Any]:
     result = Path(home) / "result.json"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dlscope",
-            "run",
-            MODEL,
-            *scenario,
-            *arguments,
-            "--json",
-            str(result),
-        ],
-        env={**os.environ, "DLSCOPE_HOME": str(home)},
-        capture_output=True,
-        text=True,
-    )
-    # An INVALID verdict (exit 3 or 4: too few samples for a short run, contention) still
-    # writes the result whose figures this benchmark compares.
-    if completed.returncode not in COMPLETED:
-        raise RuntimeError(f"dlscope run {' '.join(arguments)} failed: {completed.stderr}")
+    dlscope(home, "run", MODEL, *scenario, *arguments, "--json", str(result))
     document: dict[str, Any] = json.loads(result.read_text())
     return document
 
@@ -94,9 +73,9 @@ def _measure(count: int, scenario: list[str]) -> dict[str, Any]:
         home = Path(folder)
 
         def measured(*arguments: str) -> dict[str, float]:
-            return _onnxruntime(_dlscope(home, scenario, *arguments))
+            return _onnxruntime(_run_one(home, scenario, *arguments))
 
-        _dlscope(home, scenario, "-f", "onnxruntime")  # builds the zoo here; not measured
+        _run_one(home, scenario, "-f", "onnxruntime")  # builds the zoo here; not measured
         for _ in range(count):
             figures = {
                 MODES[0]: measured("-f", "onnxruntime"),

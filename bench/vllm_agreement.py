@@ -23,15 +23,13 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from dlscope.cli.outcome import COMPLETED
+from bench.common import dlscope
 from harness.llama_server import KEY, SERVED
 from harness.vllm_server import CHECKPOINT, NOT_INSTALLED, PLATFORM, VLLM, vllm_server
-from shared.config import REPOSITORY_ROOT
 
 __all__ = ["run"]
 
@@ -66,7 +64,7 @@ def _run(rounds: int, requests: int, url: str | None, home: Path | None) -> dict
         results = Path(scratch)
         if home is None:
             home = results
-            _dlscope(home, "zoo", "build", "smollm2", "--out", str(home / "zoo"))
+            dlscope(home, "zoo", "build", "smollm2", "--out", str(home / "zoo"))
         if url is None:
             url = stack.enter_context(vllm_server(results / "vllm.log"))
         by_round = []
@@ -114,7 +112,7 @@ def _vllm_bench(url: str, result: Path, requests: int) -> dict[str, float]:
 
 
 def _dlscope_run(url: str, home: Path, result: Path, requests: int) -> dict[str, float]:
-    _dlscope(
+    dlscope(
         home,
         *("run", "smollm2", "--framework", "endpoint", "--endpoint", url),
         *("-n", str(requests), "--min-duration", "0", "--max-new-tokens", str(OUTPUT_TOKENS)),
@@ -133,20 +131,3 @@ def _dlscope_run(url: str, home: Path, result: Path, requests: int) -> dict[str,
         "output_tokens_per_s": float(generation["output_tokens_per_s"]),
         "input_tokens_mean": float(generation["input_tokens_mean"]),
     }
-
-
-def _dlscope(home: Path, *arguments: str, **variables: str) -> None:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
-    environment.update(DLSCOPE_HOME=str(home), **variables)
-    done = subprocess.run(
-        [sys.executable, "-m", "dlscope", *arguments],
-        env=environment,
-        cwd=REPOSITORY_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    # A run exits 3 with a verdict that is not VALID (16 requests are too few for a p90):
-    # what is compared here are the medians, which it reports either way.
-    if done.returncode not in COMPLETED:
-        raise RuntimeError(f"dlscope {' '.join(arguments)} failed: {done.stderr[-2000:]}")

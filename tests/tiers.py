@@ -2,9 +2,15 @@
 
 Tiers. ``make test`` runs every test; ``make test-fast`` (the developer's loop) leaves out
 those marked ``rabbitmq``, ``postgres``, ``e2e``, ``zoo``, ``server`` and ``slow``, which the
-Makefile selects with ``-m``: a bare ``pytest`` runs everything. A test is marked where it is
-written, or here, by the fixtures it uses (``FIXTURE_MARKS``): one that reads the zoo's
-digits CNN through ``digits_zoo`` is a ``zoo`` test whether or not its author said so.
+Makefile selects with ``-m``: a bare ``pytest`` runs everything, one test at a time.
+``make test`` runs the suite on two workers (pytest-xdist, a test file to each), then by
+themselves the tests marked ``alone``: those that judge a quiet machine (a run found VALID, a
+bound set from a TTFT measured a moment before), where the other worker is the contention
+they exist to see, and one that drops every connection the broker holds, the other worker's
+too. A test that fails only beside another worker is marked ``alone``, saying why. A test is
+marked where it is written, or here, by the fixtures it uses (``FIXTURE_MARKS``): one that
+reads the zoo's digits CNN through ``digits_zoo`` is a ``zoo`` test whether or not its author
+said so.
 
 Skips. A test that finds something missing skips, naming it. Some of what can be missing is
 what the test command itself builds or installs here (the llama.cpp and vLLM servers'

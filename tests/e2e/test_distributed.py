@@ -203,6 +203,7 @@ async def test_the_services_stop_cleanly_on_sigterm(tmp_path: Path, rabbitmq_url
 @pytest.mark.skipif(
     shutil.which("rabbitmqctl") is None, reason="needs rabbitmqctl to drop connections"
 )
+@pytest.mark.alone  # every connection: another test worker's too
 async def test_the_services_recover_when_the_broker_drops_every_connection(
     http: httpx.AsyncClient,
 ) -> None:

@@ -202,6 +202,8 @@ def test_a_server_that_cannot_be_used_fails_the_evaluation_at_once_saying_why(
     )
 
 
+# Alone: as the in-process sweep and search (tests/e2e/test_cli.py).
+@pytest.mark.alone
 def test_a_sweep_of_loads_runs_on_a_served_model(
     smollm2_home: Path, server: str, tmp_path: Path
 ) -> None:

@@ -32,6 +32,8 @@ def codes(result: dict[str, Any]) -> set[str]:
 
 # Slow: it waits (up to two minutes) for a machine quiet enough to start a quiet run on.
 @pytest.mark.slow
+# Alone: on two cores, a second test worker is the very contention this run must not see.
+@pytest.mark.alone
 async def test_a_quiet_run_is_valid_and_says_what_it_cost(any_stack: Stack) -> None:
     # A quiet run starts on a quiet machine: the tests before this one leave the database and
     # the broker housekeeping to finish (e.g. a vacuum, deleted queues), which the verdict
