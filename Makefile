@@ -24,6 +24,9 @@ ALONE_RESULTS := build/test-results-alone.xml
 # (its module fixtures built once), then the tests marked `alone` by themselves: those that
 # judge a quiet machine, where a second worker is the contention they exist to see.
 WORKERS ?= 2
+# The quiet run's test first: the language-model sweeps after it leave llama.cpp's server
+# busy for a moment after they end (requests their client gave up on), which it would see.
+ALONE_ORDER := tests/integration tests/e2e
 
 .PHONY: run test test-fast lint services bench clean
 
@@ -71,7 +74,8 @@ services:
 test: $(VENV)/.installed $(LLAMA)/.installed $(VLLM)/.installed services lint
 	DLSCOPE_TEST_STRICT=1 $(BIN)/pytest -n $(WORKERS) --dist loadfile -m "not alone" \
 		--durations=30 --junitxml=$(RESULTS)
-	DLSCOPE_TEST_STRICT=1 $(BIN)/pytest -m alone --durations=10 --junitxml=$(ALONE_RESULTS)
+	DLSCOPE_TEST_STRICT=1 $(BIN)/pytest -m alone --durations=10 --junitxml=$(ALONE_RESULTS) \
+		$(ALONE_ORDER)
 
 test-fast: $(VENV)/.installed
 	$(BIN)/pytest -m "$(FAST)"
