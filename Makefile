@@ -26,7 +26,8 @@ ALONE_RESULTS := build/test-results-alone.xml
 WORKERS ?= 2
 # The quiet run's test first: the language-model sweeps after it leave llama.cpp's server
 # busy for a moment after they end (requests their client gave up on), which it would see.
-ALONE_ORDER := tests/integration tests/e2e
+# Every folder of tests is named, so an `alone` test anywhere still runs.
+ALONE_ORDER := tests/integration/ $(filter-out tests/integration/,$(wildcard tests/*/))
 
 .PHONY: run test test-fast lint services bench clean
 
