@@ -30,7 +30,11 @@ EXPERIMENT_ENDED = ("compared", "failed")
 
 
 async def eventually(
-    probe: Callable[[], Awaitable[T | None]], *, timeout: float = 30.0, what: str | None = None
+    probe: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float = 30.0,
+    what: str | None = None,
+    every_s: float = POLL_INTERVAL_S,
 ) -> T:
     """Await ``probe`` until it returns something truthy, and return that.
 
@@ -38,7 +42,7 @@ async def eventually(
     broker), or another task, where there is no event to await: poll it. After ``timeout``
     seconds, fail with a ``TimeoutError`` naming what was awaited (``what``, or else the
     probe and where it is defined) and what the probe last returned. An exception the probe
-    raises ends the wait at once, as it is.
+    raises ends the wait at once, as it is. ``every_s``: the pause between probes.
     """
     last: T | None = None
     scope = asyncio.timeout(timeout)
@@ -49,7 +53,7 @@ async def eventually(
                 if value:
                     return value
                 last = value
-                await asyncio.sleep(POLL_INTERVAL_S)
+                await asyncio.sleep(every_s)
     except TimeoutError:
         if not scope.expired():
             raise  # the probe's own
@@ -59,11 +63,16 @@ async def eventually(
 
 
 async def evaluation_outcome(
-    http: httpx.AsyncClient, evaluation_id: object, *, timeout: float = 30.0
+    http: httpx.AsyncClient,
+    evaluation_id: object,
+    *,
+    timeout: float = 30.0,
+    every_s: float = POLL_INTERVAL_S,
 ) -> dict[str, Any]:
     """The evaluation as ``GET /v1/evaluations/<id>`` shows it once it has completed or
     failed. Not found yet is no outcome: the gateway's read model follows the events."""
-    return await _ended(http, f"/v1/evaluations/{evaluation_id}", EVALUATION_ENDED, timeout)
+    path = f"/v1/evaluations/{evaluation_id}"
+    return await _ended(http, path, EVALUATION_ENDED, timeout, every_s)
 
 
 async def experiment_outcome(
@@ -71,7 +80,9 @@ async def experiment_outcome(
 ) -> dict[str, Any]:
     """The experiment as ``GET /v1/experiments/<id>`` shows it once it has been compared or
     has failed."""
-    return await _ended(http, f"/v1/experiments/{experiment_id}", EXPERIMENT_ENDED, timeout)
+    return await _ended(
+        http, f"/v1/experiments/{experiment_id}", EXPERIMENT_ENDED, timeout, POLL_INTERVAL_S
+    )
 
 
 async def models_listed(
@@ -88,7 +99,7 @@ async def models_listed(
 
 
 async def _ended(
-    http: httpx.AsyncClient, path: str, statuses: tuple[str, ...], timeout: float
+    http: httpx.AsyncClient, path: str, statuses: tuple[str, ...], timeout: float, every_s: float
 ) -> dict[str, Any]:
     answer = "none"
 
@@ -103,7 +114,7 @@ async def _ended(
 
     try:
         awaited = f"{path} to be {' or '.join(statuses)}"
-        return await eventually(ended, timeout=timeout, what=awaited)
+        return await eventually(ended, timeout=timeout, what=awaited, every_s=every_s)
     except TimeoutError as exc:
         # Where it was stuck is what tells why.
         raise TimeoutError(f"{exc}; the last answer was {answer}") from None

@@ -37,12 +37,18 @@ def codes(result: dict[str, Any]) -> set[str]:
 async def test_a_quiet_run_is_valid_and_says_what_it_cost(any_stack: Stack) -> None:
     # A quiet run starts on a quiet machine: the tests before this one leave the database and
     # the broker housekeeping to finish (e.g. a vacuum, deleted queues), which the verdict
-    # rightly counts against the run.
-    busy = await asyncio.to_thread(wait_until_quiet, patience_s=120)
-    evaluation = await any_stack.evaluate("squeezenet", scenario=QUIET)
-    assert evaluation["status"] == "completed", evaluation["error"]
-    result = evaluation["result"]
-    assert result["verdict"]["status"] == "VALID", (busy, result["verdict"]["reasons"])
+    # rightly counts against the run. Housekeeping can also start inside the window (it is
+    # not ours to schedule): a run judged disturbed by other processes alone is run once
+    # more, from a quiet machine again, and that one must be VALID.
+    seen = []
+    for _ in range(2):
+        busy = await asyncio.to_thread(wait_until_quiet, patience_s=120)
+        evaluation = await quiet_run(any_stack)
+        result = evaluation["result"]
+        seen.append((busy, result["verdict"]["reasons"]))
+        if result["verdict"]["status"] == "VALID" or codes(result) != {"other_processes_used_cpu"}:
+            break
+    assert result["verdict"]["status"] == "VALID", seen
     machine = result["machine"]
     cost = machine["cost"]
     assert cost["queries"] == result["count"]
@@ -64,6 +70,21 @@ async def test_a_quiet_run_is_valid_and_says_what_it_cost(any_stack: Stack) -> N
     requested = evaluation["requested_at"]
     assert window["started_at_ns"] / 1e9 > _epoch(requested)
     assert machine["noise"]["before_ns"] > 0
+
+
+async def quiet_run(stack: Stack) -> dict[str, Any]:
+    """One quiet run of squeezenet, as the gateway shows it once completed (it must)."""
+    accepted = await stack.http.post(
+        "/v1/evaluations",
+        json={"model": "squeezenet", "framework": "onnxruntime", "scenario": QUIET},
+    )
+    assert accepted.status_code == 202, accepted.text
+    # Asked for seldom: each answer costs the gateway, the store and PostgreSQL, all on these
+    # cores; ten a second (the tests' usual pace) took 0.06-0.08 cores of the timed window
+    # on an AMD EPYC here, once a second 0.02-0.03.
+    evaluation = await evaluation_outcome(stack.http, accepted.json()["id"], every_s=1.0)
+    assert evaluation["status"] == "completed", evaluation["error"]
+    return evaluation
 
 
 def _epoch(when: str) -> float:
