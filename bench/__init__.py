@@ -23,5 +23,6 @@ BENCHMARKS = (
     "interference",
     "generation",
     "endpoint",
+    "load_generator",
     "vllm_agreement",
 )

@@ -9,9 +9,9 @@ SmolLM2-135M-Instruct.
    the length pinned, so drift on the shared machine hits both alike. Figures: each side's
    TTFT and E2E medians, and the median over rounds of dlscope's E2E / bare E2E with its 95 %
    bootstrap interval (the goal: under 1 %).
-2. The open loop (``shared.measurement.open_loop``, a served model's server scenario) at
+2. The open loop (``shared.measurement.paced``, a served model's server scenario) at
    several Poisson rates, past what the server can answer: every request issued at its
-   arrival on a thread of its own. Figures per rate: the client's lag (issue - scheduled time)
+   arrival from one event loop. Figures per rate: the client's lag (issue - scheduled time)
    p50, p99 and max, the most requests in flight, and what the verdict rule makes of the lag.
 """
 
@@ -22,20 +22,21 @@ import contextlib
 import os
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
+import uvloop
 
 from bench.common import median_ci95, percentiles
 from harness.llama_server import KEY, NOT_BUILT, SERVED, SERVER_PYTHON, llama_server
 from services.workers.framework.endpoint import Endpoint, Sampling
-from services.workers.framework.ports import Generated
+from services.workers.framework.endpoint.load import LoadClient
+from services.workers.framework.endpoint.wire import Streamed, request_body
 from shared.measurement.generation import LAG_FLOOR_NS, MAX_LAG_FRACTION
-from shared.measurement.open_loop import run_open_loop
+from shared.measurement.paced import open_loop
 from shared.messages import Server, WarmupSettings
 
 __all__ = ["run"]
@@ -84,7 +85,7 @@ def _run(scale: float, rates: tuple[float, ...], url: str | None) -> dict[str, A
 def _client_cost(url: str, rounds: int) -> dict[str, Any]:
     sampling = Sampling(TOKENS, ignore_eos=True, eos_token_ids=EOS)
     with Endpoint(url, SERVED, api="completions", api_key=KEY) as endpoint:
-        body = orjson.dumps(endpoint.request(PROMPT, sampling)[1])
+        body = orjson.dumps(request_body(endpoint.model, endpoint.api, PROMPT, sampling)[1])
         bare = httpx.Client(
             base_url=endpoint.url,
             headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
@@ -144,36 +145,27 @@ def _open_loop_lag(url: str, rate: float, requests: int) -> dict[str, Any]:
         max_duration_s=300,
         warmup=WarmupSettings(max_windows=0),
     )
-    lock = threading.Lock()
     in_flight = [0, 0]  # now, most
 
-    with Endpoint(url, SERVED, api="completions", api_key=KEY, max_connections=256) as endpoint:
+    async def main() -> tuple[Any, list[Streamed], list[Streamed], list[int]]:
+        async with LoadClient(url, SERVED, api="completions", api_key=KEY) as client:
+            request = client.prepare(PROMPT, sampling)
 
-        def generate(i: int) -> Generated:
-            with lock:
+            async def generate(i: int) -> Streamed:
                 in_flight[0] += 1
                 in_flight[1] = max(in_flight)
-            try:
-                streamed = endpoint.stream(PROMPT, sampling)
-            finally:
-                with lock:
+                try:
+                    return await client.stream(request)
+                finally:
                     in_flight[0] -= 1
-            return Generated(
-                streamed.issued_ns,
-                8,
-                [],
-                streamed.chunk_ns,
-                "max_new_tokens",
-                failure=streamed.failure,
-                cause=streamed.cause,
-                chunks=True,
+
+            return await open_loop(
+                plan, generate, 1, load_ns=0, on_step=lambda step: None, watch=None
             )
 
-        result, timed, failed, lags = run_open_loop(
-            plan, generate, 1, load_ns=0, on_step=lambda step: None, watch=None
-        )
+    result, timed, failed, lags = uvloop.run(main())
     ttft_ms = sorted(
-        (g.token_ns[0] - (g.issued_ns - lag)) / 1e6 for g, lag in zip(timed, lags, strict=True)
+        (g.chunk_ns[0] - (g.issued_ns - lag)) / 1e6 for g, lag in zip(timed, lags, strict=True)
     )
     median_ttft_ms = ttft_ms[len(ttft_ms) // 2]
     lag = percentiles([x / 1e6 for x in lags])

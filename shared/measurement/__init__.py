@@ -11,8 +11,10 @@ ones it makes, so they are reachable where they always were.
     drivers      run a scenario against ``run_query``: ``run_scenario``
     server       the server scenario's Poisson schedule and issuing thread
     requests     what the load shapes of requests issue: a request that may fail
-    streams      concurrent closed loops of requests (a served model's single stream too)
-    open_loop    requests on a Poisson schedule, each on its own thread (served models)
+    streams      concurrent closed loops of requests, a thread a stream (in-process models)
+    paced        a served model's requests in one event loop: closed loops, and the open loop
+                 (a Poisson schedule, each request issued at its time)
+    pacing       waking an event loop at a scheduled time, to the tens of microseconds
     warmup       warm-up until steady state
     overhead     the harness's own cost per query
     results      the per-phase statistics of what a run measured

@@ -1,4 +1,4 @@
-"""What the load shapes of requests (``streams``, ``open_loop``) issue and get back.
+"""What the load shapes of requests (``streams``, ``paced``) issue and get back.
 
 A request is one call that may take many steps (a whole generation) and may fail: a served
 model's request ends with a kind of failure and its cause rather than raising. Before the

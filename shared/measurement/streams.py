@@ -31,9 +31,16 @@ from shared.measurement.progress import OnStep, timed_queries, warming_up
 from shared.measurement.readings import MachineWatch
 from shared.measurement.requests import FAILURE_STREAK, R, every_request_failed, untimed_ns
 from shared.measurement.warmup import warm_up
-from shared.messages import HarnessOverhead, ScenarioResult, SingleStream, TimedPhase
+from shared.messages import (
+    HarnessOverhead,
+    MachineWindow,
+    ScenarioResult,
+    SingleStream,
+    TimedPhase,
+    WarmupReport,
+)
 
-__all__ = ["run_streams"]
+__all__ = ["closed_loops_phase", "run_streams"]
 
 
 def run_streams(
@@ -101,10 +108,40 @@ def run_streams(
     window = end_window() if end_window is not None else None
     if not done:
         raise every_request_failed(failed)
+    phase = closed_loops_phase(
+        plan,
+        streams,
+        done,
+        delays,
+        begin_ns=begin,
+        first_ns=first_ns,
+        warmup=warmup,
+        floor_ns=floor_ns,
+        window=window,
+    )
+    result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))
+    return result, done, failed
+
+
+def closed_loops_phase(
+    plan: SingleStream,
+    streams: int,
+    done: list[R],
+    delays: list[int],
+    *,
+    begin_ns: int,
+    first_ns: int,
+    warmup: WarmupReport,
+    floor_ns: float,
+    window: MachineWindow | None,
+) -> TimedPhase:
+    """The timed phase of ``streams`` closed loops that began at ``begin_ns`` and completed
+    ``done`` (sorted here by completion), each request after a stream's first ``delays``
+    after its stream's previous one."""
     done.sort(key=lambda g: g.ended_ns)
-    duration = done[-1].ended_ns - begin
-    capped = duration >= max_ns and len(done) < plan.min_query_count
-    phase = TimedPhase(
+    duration = done[-1].ended_ns - begin_ns
+    capped = duration >= int(plan.max_duration_s * 1e9) and len(done) < plan.min_query_count
+    return TimedPhase(
         samples_per_query=1,
         first_query_ns=first_ns,
         warmup=warmup,
@@ -120,5 +157,3 @@ def run_streams(
         issue_delays_ns=tuple(delays),
         window=window,
     )
-    result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))
-    return result, done, failed

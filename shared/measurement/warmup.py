@@ -12,56 +12,74 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from shared.measurement.scenarios import WarmupSettings
 from shared.messages.results import WarmupReport
 
-__all__ = ["WarmupReport", "warm_up"]
+__all__ = ["WarmupReport", "Windows", "warm_up", "warm_up_async"]
 
 
 def warm_up(timed_query: Callable[[], int], settings: WarmupSettings) -> WarmupReport:
     """Run ``timed_query`` (one query; returns its latency in ns) until steady or capped."""
-    if settings.max_windows == 0:
-        return WarmupReport(
-            latencies_ns=(),
-            window_queries=settings.window_queries,
-            window_medians_ns=(),
-            threshold=settings.threshold,
-            steady=False,
-            decided_by="disabled",
-            duration_ns=0,
+    windows = Windows(settings)
+    while windows.open:
+        windows.took([timed_query() for _ in range(settings.window_queries)])
+    return windows.report()
+
+
+async def warm_up_async(
+    timed_query: Callable[[], Awaitable[int]], settings: WarmupSettings
+) -> WarmupReport:
+    """``warm_up`` for a query that is a coroutine (a request in an event loop)."""
+    windows = Windows(settings)
+    while windows.open:
+        windows.took([await timed_query() for _ in range(settings.window_queries)])
+    return windows.report()
+
+
+class Windows:
+    """The warm-up's windows as they are run, and when they may stop."""
+
+    def __init__(self, settings: WarmupSettings) -> None:
+        self.settings = settings
+        self.latencies: list[int] = []
+        self.medians: list[float] = []
+        self.change: float | None = None
+        self.decided_by: Literal["steady", "max_windows", "max_duration", "disabled"] = (
+            "disabled" if settings.max_windows == 0 else "max_windows"
         )
-    clock = time.perf_counter_ns
-    deadline_ns = int(settings.max_duration_s * 1e9)
-    latencies: list[int] = []
-    medians: list[float] = []
-    change: float | None = None
-    decided_by: Literal["steady", "max_windows", "max_duration"] = "max_windows"
-    begin = clock()
-    while len(medians) < settings.max_windows:
-        window = [timed_query() for _ in range(settings.window_queries)]
-        latencies.extend(window)
+        self.open = settings.max_windows > 0
+        self.begin = time.perf_counter_ns()
+
+    def took(self, window: list[int]) -> None:
+        """One window's latencies; closes the warm-up once steady or capped."""
+        settings, medians = self.settings, self.medians
+        self.latencies.extend(window)
         medians.append(float(statistics.median(window)))
         if len(medians) >= 2:
-            change = _relative_change(medians[-2], medians[-1])
-            if len(medians) >= settings.min_windows and change < settings.threshold:
-                decided_by = "steady"
-                break
-        if clock() - begin >= deadline_ns:
-            decided_by = "max_duration"
-            break
-    return WarmupReport(
-        latencies_ns=tuple(latencies),
-        window_queries=settings.window_queries,
-        window_medians_ns=tuple(medians),
-        threshold=settings.threshold,
-        steady=decided_by == "steady",
-        decided_by=decided_by,
-        last_change=change,
-        duration_ns=clock() - begin,
-    )
+            self.change = _relative_change(medians[-2], medians[-1])
+            if len(medians) >= settings.min_windows and self.change < settings.threshold:
+                self.decided_by, self.open = "steady", False
+                return
+        if time.perf_counter_ns() - self.begin >= int(settings.max_duration_s * 1e9):
+            self.decided_by, self.open = "max_duration", False
+        elif len(medians) >= settings.max_windows:
+            self.open = False
+
+    def report(self) -> WarmupReport:
+        disabled = self.decided_by == "disabled"
+        return WarmupReport(
+            latencies_ns=tuple(self.latencies),
+            window_queries=self.settings.window_queries,
+            window_medians_ns=tuple(self.medians),
+            threshold=self.settings.threshold,
+            steady=self.decided_by == "steady",
+            decided_by=self.decided_by,
+            last_change=self.change,
+            duration_ns=0 if disabled else time.perf_counter_ns() - self.begin,
+        )
 
 
 def _relative_change(previous: float, current: float) -> float:

@@ -168,9 +168,10 @@ class Scenario(BaseModel):
         strict=True,
         default=1,
         ge=1,
-        le=256,
+        le=4096,
         description="text generation, single-stream: this many streams, each issuing its next "
-        "request when its previous one completes",
+        "request when its previous one completes (a model in the worker's process: at most "
+        "256, a thread each)",
     )
 
     @model_validator(mode="after")

@@ -403,6 +403,29 @@ def test_endpoint(llama_url: str) -> None:
     numbers(loop, "requests", "failed", "most_in_flight", "ttft_p50_ms", "lag_limit_ms")
 
 
+# Server and slow: vllm bench serve (from .venv-vllm) takes half a minute to start.
+@pytest.mark.server
+@pytest.mark.slow
+def test_load_generator() -> None:
+    from bench import load_generator
+    from harness.vllm_server import NOT_INSTALLED
+
+    result = run(load_generator.run(0.05, rates=(100.0,), streams=(64,), rounds=1))
+    at_rate = result["rates"]["100/s"]
+    for side in ("event loop", "threads"):
+        (measured,) = at_rate[side]
+        latencies(measured["lag"], count=measured["requests"] - measured["failed"])
+        numbers(measured, "requests_per_s", "cpu_ms_per_request", "peak_rss_mb")
+        numbers(measured["at_stub"], "rate_per_s", "held")
+        (streamed,) = result["streams"]["64 streams"][side]
+        numbers(streamed, "share_of_ideal", "ttft_over_stub", "tpot_over_stub")
+        assert streamed["every_token_timed"] is True
+    # vllm bench serve beside them, from .venv-vllm (make test builds it).
+    (peer,) = at_rate.get(load_generator.VLLM_BENCH) or pytest.skip(NOT_INSTALLED)
+    numbers(peer, "requests_per_s")
+    numbers(peer["at_stub"], "rate_per_s", "held")
+
+
 def test_vllm_agreement(vllm_served: tuple[str, OtlpReceiver], smollm2_home: Path) -> None:
     from bench import vllm_agreement
 

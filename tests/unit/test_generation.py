@@ -489,6 +489,7 @@ def _job(**scenario: Any) -> Any:
         ({"name": "multi-stream"}, {}, "names no attention_mask"),
         ({"name": "multi-stream"}, {"served": True}, "(asked: multi-stream"),
         ({"name": "batch-sweep"}, {}, "(asked: batch-sweep"),
+        ({"concurrency": 257}, {}, "at most 256 streams (asked: 257); a served model takes up to"),
     ],
 )
 def test_a_generation_refuses_the_scenarios_it_cannot_run_saying_why(
@@ -497,6 +498,13 @@ def test_a_generation_refuses_the_scenarios_it_cannot_run_saying_why(
     with pytest.raises(PredictorError) as refused:
         generation_plan(_job(**scenario), **where)
     assert said in str(refused.value)
+
+
+def test_a_served_model_takes_thousands_of_streams() -> None:
+    plan = generation_plan(_job(concurrency=4096), served=True)
+    assert plan.name == "single-stream"
+    with pytest.raises(ValidationError, match="less than or equal to 4096"):
+        Scenario(concurrency=4097)
 
 
 def test_an_offline_generation_is_one_prompt_a_query_with_short_warmup_windows() -> None:

@@ -8,17 +8,18 @@
 - ``GenerationBackend``: request i -> its timed tokens, whatever generates them: the model in
   this process (``generator.InProcessBackend``, over a ``Predictor``) or a server's, over
   HTTP (``endpoint.EndpointBackend``). The generation session measures either the same way.
-  Its requests are blocking calls made from the load shapes' threads; an asynchronous
-  adapter keeps its own event loop and offers the same calls (the load shapes in
-  ``shared.measurement`` take any ``generate(i)``).
+  Its requests are blocking calls made from the load shapes' threads; an adapter whose
+  requests are coroutines (a server's) is also ``Paced``: it runs the asynchronous load
+  shapes (``shared.measurement.paced``) in an event loop of its own, thousands of requests
+  in flight from one thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -38,6 +39,7 @@ __all__ = [
     "Generated",
     "GenerationBackend",
     "LayerProfiler",
+    "Paced",
     "Predictor",
     "Profiles",
     "Prompts",
@@ -198,3 +200,16 @@ class GenerationBackend(Protocol):
 
     def tracing(self, job: RunEvaluation, prompt: np.ndarray, on_step: OnStep) -> Tracing:
         """The traced passes the job's trace level asks for, on ``prompt``."""
+
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class Paced(Protocol):
+    """A generation backend whose requests are coroutines."""
+
+    def paced(self, shape: Callable[[Callable[[int], Awaitable[Generated]]], Awaitable[T]]) -> T:
+        """Run ``shape`` (given ``generate(i)``, request i as a coroutine) to its end in an
+        event loop of the backend's own; its result."""
+        ...

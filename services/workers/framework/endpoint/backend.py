@@ -20,28 +20,34 @@ evaluation's trace; what runs in the server is the server's to trace.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import psutil
+import uvloop
 
-from services.workers.framework.endpoint.client import API, Endpoint, Sampling
+from services.workers.framework.endpoint.client import API, Endpoint
+from services.workers.framework.endpoint.load import LoadClient, Prepared
 from services.workers.framework.endpoint.server import (
     connect,
+    load_client,
     local_server,
     process_name,
     public_url,
 )
+from services.workers.framework.endpoint.wire import Sampling, Streamed
 from services.workers.framework.ports import Generated, Prompts
 from services.workers.handover import EndpointOptions, JobInputs, Tracing
 from shared.datasets import Dataset
 from shared.errors import PredictorError
 from shared.manifests import ChatTemplateStep
 from shared.measurement.finish import TRUNCATED, truncation
-from shared.measurement.open_loop import MAX_IN_FLIGHT
+from shared.measurement.paced import MAX_IN_FLIGHT
 from shared.measurement.progress import OnStep, Step
 from shared.measurement.readings import MachineWatch
 from shared.messages import (
@@ -59,6 +65,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EndpointBackend"]
 
+T = TypeVar("T")
+
 _NOT_TRACED = (
     "a served model runs in its server: dlscope sends the trace context with every request, "
     "and the server's own spans join the trace where it exports them"
@@ -74,6 +82,8 @@ class EndpointBackend:
     closing = None
     name = "the endpoint"
     _endpoint: Endpoint | None = field(default=None, init=False)
+    _load: LoadClient | None = field(default=None, init=False)
+    _prepared: list[Prepared] = field(default_factory=list, init=False)
     _tokenizer: Tokenizer | None = field(default=None, init=False)
     _asked: Sequence[np.ndarray] = field(default=(), init=False)
     _sent: list[str] = field(default_factory=list, init=False)
@@ -116,7 +126,11 @@ class EndpointBackend:
         self._headers = {"traceparent": inputs.traceparent} if inputs.traceparent else {}
         one_stream = isinstance(scenario.measurement(), SingleStream)
         streams = scenario.concurrency if one_stream else MAX_IN_FLIGHT
-        self._endpoint = connect(self.options, job.manifest.name, api=api, streams=streams)
+        # The checks, the metrics and the parity tokens go one at a time; the timed requests
+        # through the load client, in one event loop (``paced``), each body made here.
+        self._endpoint = connect(self.options, job.manifest.name, api=api)
+        self._load = load_client(self.options, job.manifest.name, api=api, streams=streams)
+        self._prepared = [self._load.prepare(text, self._sampling) for text in self._sent]
 
     def open(self, job: RunEvaluation, inputs: JobInputs) -> None:
         try:
@@ -139,6 +153,29 @@ class EndpointBackend:
         streamed = self.endpoint.stream(
             self._sent[index], sampling, headers=self._headers, on_chunk=on_chunk
         )
+        return self._generated(index, streamed, sampling)
+
+    def paced(self, shape: Callable[[Callable[[int], Awaitable[Generated]]], Awaitable[T]]) -> T:
+        """``shape`` (a load shape of ``shared.measurement.paced``) run over the load client,
+        in an event loop of its own."""
+        load = self._load
+        assert load is not None, "prepared before it is paced"
+        prepared, headers, sampling = self._prepared, self._headers, self._sampling
+
+        async def run() -> T:
+            async with load as client:
+
+                async def generate(index: int) -> Generated:
+                    streamed = await client.stream(prepared[index], headers=headers)
+                    return self._generated(index, streamed, sampling)
+
+                return await shape(generate)
+
+        return _in_own_loop(run())
+
+    def _generated(self, index: int, streamed: Streamed, sampling: Sampling) -> Generated:
+        """A request as the generation port gives it: its text's tokens counted, and judged
+        truncated where it ended before the length the run pinned."""
         assert self._tokenizer is not None
         tokens = self._tokenizer.encode(streamed.text, add_special_tokens=False).ids
         failure: str | None = streamed.failure
@@ -233,6 +270,17 @@ def _api(job: RunEvaluation) -> API:
     return (
         "chat" if any(isinstance(step, ChatTemplateStep) for step in ids.steps) else "completions"
     )
+
+
+def _in_own_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` in a uvloop event loop: on this thread, or on one of its own where this
+    thread runs a loop already (an embedded run's)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return uvloop.run(main)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dlscope-load") as pool:
+        return pool.submit(uvloop.run, main).result()
 
 
 def _once(first_token: Callable[[], None]) -> Callable[[int], None]:

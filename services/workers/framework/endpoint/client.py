@@ -22,13 +22,20 @@ a read timeout.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
 
 import httpx
 import orjson
 
+from services.workers.framework.endpoint.wire import (
+    API,
+    FAILURES,
+    Reading,
+    Sampling,
+    Streamed,
+    event,
+    request_body,
+)
 from shared.errors import ConfigurationError
 
 __all__ = [
@@ -41,94 +48,9 @@ __all__ = [
     "prometheus_values",
 ]
 
-API = Literal["chat", "completions"]
-# How a request can fail, each counted apart beside the latencies; ``truncated`` is judged on
-# an answer read to its end (``shared.measurement.finish``), the others as it is read.
-FAILURES = (
-    "http_error",
-    "timeout",
-    "refused",
-    "disconnected",
-    "malformed",
-    "server_error",
-    "truncated",
-)
-Failure = Literal[
-    "http_error", "timeout", "refused", "disconnected", "malformed", "server_error", "truncated"
-]
-
-# The bias that keeps a token out of a sampled or greedy output (OpenAI's bound).
-_EXCLUDED = -100
 # A server's metrics as a run records them: at most this many series, read within this time.
 MAX_METRICS = 256
 _METRICS_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """What a request asks of the server's generation."""
-
-    max_tokens: int
-    # Pinned length: the end-of-sequence tokens are kept out (``logit_bias``), and servers
-    # that know it get ``ignore_eos`` too (vLLM does).
-    ignore_eos: bool = True
-    temperature: float = 0.0
-    top_k: int | None = None
-    seed: int | None = None
-    eos_token_ids: Sequence[int] = ()
-
-
-@dataclass(frozen=True)
-class Streamed:
-    """One request as it went: when it was issued and when each chunk with content came
-    (``time.perf_counter_ns``), the text, and how it ended (``completed_ns``: when the
-    answer's end was read, its ``[DONE]`` or the failure)."""
-
-    issued_ns: int
-    chunk_ns: list[int] = field(default_factory=list)
-    text: str = ""
-    finish_reason: str | None = None
-    # The server's own counts, where it sent them (not every server streams ``usage``).
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    failure: Failure | None = None
-    cause: str | None = None
-    completed_ns: int | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None
-
-
-@dataclass
-class _Reading:
-    """One request's answer as it arrives."""
-
-    issued_ns: int
-    on_chunk: Callable[[int], None] | None
-    chunk_ns: list[int] = field(default_factory=list)
-    pieces: list[str] = field(default_factory=list)
-    finish: str | None = None
-    usage: Mapping[str, Any] = field(default_factory=dict)
-
-    def chunk(self, text: str) -> None:
-        self.chunk_ns.append(time.perf_counter_ns())
-        self.pieces.append(text)
-        if self.on_chunk is not None:
-            self.on_chunk(len(self.chunk_ns))
-
-    def ended(self, failure: Failure | None = None, cause: str | None = None) -> Streamed:
-        return Streamed(
-            issued_ns=self.issued_ns,
-            chunk_ns=self.chunk_ns,
-            text="".join(self.pieces),
-            finish_reason=self.finish,
-            prompt_tokens=_count(self.usage.get("prompt_tokens")),
-            completion_tokens=_count(self.usage.get("completion_tokens")),
-            failure=failure,
-            cause=cause,
-            completed_ns=time.perf_counter_ns(),
-        )
 
 
 class Endpoint:
@@ -230,8 +152,8 @@ class Endpoint:
         ``completions``) and read the streamed answer to its end; ``headers`` go with it
         (a W3C ``traceparent``, say), ``on_chunk`` hears of each chunk with content as it
         comes (how many so far)."""
-        path, body = self.request(prompt, sampling)
-        reading = _Reading(time.perf_counter_ns(), on_chunk)
+        path, body = request_body(self.model, self.api, prompt, sampling)
+        reading = Reading(time.perf_counter_ns(), on_chunk)
         try:
             with self._client.stream(
                 "POST", path, content=orjson.dumps(body), headers=_json_headers(headers)
@@ -249,76 +171,16 @@ class Endpoint:
         except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
             return reading.ended("malformed", f"a chunk the API does not describe: {exc}")
 
-    def _read(self, response: httpx.Response, reading: _Reading) -> Streamed:
-        for event in _events(response.iter_lines()):
-            if event is None:
+    def _read(self, response: httpx.Response, reading: Reading) -> Streamed:
+        for line in response.iter_lines():
+            data = event(line)
+            if data is False:
+                continue
+            if data is None:
                 return reading.ended()
-            if "error" in event:
-                return reading.ended("server_error", str(event["error"])[:512])
-            reading.usage = event.get("usage") or reading.usage
-            text, reason = self._content(event)
-            if text:
-                reading.chunk(text)
-            reading.finish = reason or reading.finish
-        # No [DONE]: a server that closes the stream after its last chunk is fine once it
-        # said why it finished; otherwise it went away mid-answer.
-        if reading.finish is None:
-            return reading.ended("disconnected", "the stream ended before the answer did")
-        return reading.ended()
-
-    def request(self, prompt: str, sampling: Sampling) -> tuple[str, dict[str, Any]]:
-        """The path and JSON body ``stream`` posts for ``prompt``."""
-        body: dict[str, Any] = {
-            "model": self.model,
-            "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature,
-            "stream": True,
-            # Servers that stream their token counts put them in a last chunk (vLLM does).
-            "stream_options": {"include_usage": True},
-        }
-        if sampling.seed is not None:
-            body["seed"] = sampling.seed
-        if sampling.top_k is not None:
-            body["top_k"] = sampling.top_k
-        if sampling.ignore_eos:
-            body["ignore_eos"] = True
-            # Not min_tokens as well: llama-cpp-python 0.3.36 ends some answers at once when
-            # it is given (an empty text, "stop"); the bias below pins the length everywhere.
-            if sampling.eos_token_ids:
-                body["logit_bias"] = {str(t): _EXCLUDED for t in sampling.eos_token_ids}
-        if self.api == "chat":
-            body["messages"] = [{"role": "user", "content": prompt}]
-            return "/chat/completions", body
-        body["prompt"] = prompt
-        return "/completions", body
-
-    def _content(self, event: Mapping[str, Any]) -> tuple[str, str | None]:
-        choices = event.get("choices") or []
-        if not choices:
-            return "", None  # the usage chunk
-        choice = choices[0]
-        if self.api == "chat":
-            text = (choice.get("delta") or {}).get("content") or ""
-        else:
-            text = choice.get("text") or ""
-        if not isinstance(text, str):
-            raise TypeError(f"content is a {type(text).__name__}, not text")
-        return text, choice.get("finish_reason")
-
-
-def _events(lines: Iterator[str]) -> Iterator[dict[str, Any] | None]:
-    """The JSON of each server-sent event's ``data:`` line; None for ``[DONE]``."""
-    for line in lines:
-        if not line.startswith("data:"):
-            continue  # blank separators, comments, event names
-        data = line[5:].strip()
-        if data == "[DONE]":
-            yield None
-            return
-        event = orjson.loads(data)
-        if not isinstance(event, dict):
-            raise ValueError(f"a chunk that is a {type(event).__name__}, not an object")
-        yield event
+            if (error := reading.took(self.api, data)) is not None:
+                return reading.ended("server_error", error)
+        return reading.read_to_its_end()
 
 
 def _served(response: httpx.Response) -> list[str] | None:
@@ -336,10 +198,6 @@ def _served(response: httpx.Response) -> list[str] | None:
 
 def _json_headers(extra: Mapping[str, str] | None) -> dict[str, str]:
     return {"Content-Type": "application/json", **(extra or {})}
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and value >= 0 else None
 
 
 def prometheus_values(text: str) -> dict[str, float]:

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from services.workers.framework.endpoint.client import API, Endpoint
+from services.workers.framework.endpoint.load import LoadClient
 from services.workers.handover import EndpointOptions
 from shared.errors import ConfigurationError
 
@@ -45,10 +46,25 @@ def described_endpoint(options: EndpointOptions) -> dict[str, Any]:
 def connect(
     options: EndpointOptions, model: str, *, api: API = "completions", streams: int = 1
 ) -> Endpoint:
-    """A client of the server, for ``streams`` requests at once."""
+    """A blocking client of the server, for ``streams`` requests at once."""
     if not options.url:
         raise ConfigurationError(unusable(options) or "no endpoint")
     return Endpoint(
+        options.url,
+        model,
+        api=api,
+        api_key=options.api_key,
+        timeout_s=options.timeout_s,
+        connect_timeout_s=options.connect_timeout_s,
+        max_connections=max(streams, 1),
+    )
+
+
+def load_client(options: EndpointOptions, model: str, *, api: API, streams: int) -> LoadClient:
+    """The timed requests' client of the server, for ``streams`` requests at once."""
+    if not options.url:
+        raise ConfigurationError(unusable(options) or "no endpoint")
+    return LoadClient(
         options.url,
         model,
         api=api,

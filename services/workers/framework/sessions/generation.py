@@ -10,10 +10,10 @@ chunk's) time, and the timed requests' times travel in the measured event
 fingerprint is the greedy tokens of the first prompt.
 
 Load shapes (``shared.measurement``): LoadGen's driver (in process, one stream); several
-concurrent streams, closed loops (``streams``); for a served model one stream is such a loop
-too and the server scenario an open loop (``open_loop``), since its requests are independent
-in flight; otherwise dlscope's scenario drivers, whose offline and multi-stream queries
-generate their prompts together.
+concurrent streams, closed loops of threads (``streams``); a served model's requests in one
+event loop (``paced``: one stream or several as closed loops, the server scenario as an open
+loop, since its requests are independent in flight); otherwise dlscope's scenario drivers,
+whose offline and multi-stream queries generate their prompts together.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from services.workers.framework.ports import Generated, GenerationBackend, Prompts
+from services.workers.framework.ports import Generated, GenerationBackend, Paced, Prompts
 from services.workers.framework.sessions.measuring import opened
 from services.workers.framework.sessions.prompts import load_prompts, prompt_origin
 from services.workers.framework.sessions.tokens import (
@@ -37,7 +37,7 @@ from shared.measurement import run_scenario
 from shared.measurement.cost import JobReadings, peak_memory, reset_peak_memory
 from shared.measurement.loadgen import LoadgenResult, TokenBounds, run_loadgen_generation
 from shared.measurement.noise import NoiseProbe, probe_ns
-from shared.measurement.open_loop import run_open_loop
+from shared.measurement.paced import MAX_STREAMS, closed_loops, open_loop
 from shared.measurement.progress import OnStep, Step, ignore_steps
 from shared.measurement.readings import MachineWatch
 from shared.measurement.streams import run_streams
@@ -59,6 +59,8 @@ __all__ = ["GENERATION_WARMUP", "GenerationPlan", "GenerationSession", "generati
 GENERATION_WARMUP = 2
 
 GenerationPlan = SingleStream | Server | Offline | MultiStream
+# The most streams of a model in this process: a thread each.
+MAX_THREAD_STREAMS = 256
 # The most closed-loop delays a record keeps (GenerationRecord.client_delay_ns's bound).
 _MAX_DELAYS = 100_000
 
@@ -103,6 +105,12 @@ def generation_plan(job: RunEvaluation, *, served: bool = False) -> GenerationPl
             f"{job.manifest.ref} is served: its requests run on dlscope's driver, whose open "
             "loop records the client's own lag; LoadGen's driver runs in-process models"
         )
+    if not served and scenario.concurrency > MAX_THREAD_STREAMS:
+        raise PredictorError(
+            f"{job.manifest.ref} runs in the worker's process, a thread a stream: at most "
+            f"{MAX_THREAD_STREAMS} streams (asked: {scenario.concurrency}); a served model "
+            f"takes up to {MAX_STREAMS}"
+        )
     if scenario.driver == "loadgen" and scenario.concurrency > 1:
         raise PredictorError(
             f"LoadGen's driver runs one generation at a time (asked: concurrency "
@@ -131,6 +139,25 @@ class _Timed:
     load: Literal["closed", "open"] | None = None
     streams: int | None = None
     delays_ns: list[int] = field(default_factory=list)
+
+
+def _closed(
+    native: ScenarioResult, timed: list[Generated], failed: list[Generated], streams: int
+) -> _Timed:
+    """What closed loops measured. A stream issues each request when it is free: no queue,
+    no scheduled times."""
+    phase = native.phases[0]
+    return _Timed(
+        native,
+        None,
+        timed,
+        None,
+        phase.duration_ns,
+        failed,
+        load="closed",
+        streams=streams,
+        delays_ns=list(phase.issue_delays_ns),
+    )
 
 
 @dataclass
@@ -217,14 +244,9 @@ class GenerationSession:
         if job.scenario.driver == "loadgen":
             assert isinstance(plan, SingleStream | Server)
             return self._by_loadgen(job, plan, count, inputs, load_ns, watch)
-        if backend.served and isinstance(plan, Server):
-            native, timed, failed, lags = run_open_loop(
-                plan, backend.generate, count, load_ns=load_ns, on_step=self.on_step, watch=watch
-            )
-            scheduled = [g.issued_ns - lag for g, lag in zip(timed, lags, strict=True)]
-            duration = native.phases[0].duration_ns
-            return _Timed(native, None, timed, scheduled, duration, failed, lags, load="open")
-        if backend.served or concurrency > 1:
+        if isinstance(backend, Paced):
+            return self._paced(backend, plan, concurrency, count, load_ns, watch)
+        if concurrency > 1:
             assert isinstance(plan, SingleStream)
             native, timed, failed = run_streams(
                 plan,
@@ -235,20 +257,37 @@ class GenerationSession:
                 on_step=self.on_step,
                 watch=watch,
             )
-            # A stream issues each request when it is free: no queue, no scheduled times.
-            phase = native.phases[0]
-            return _Timed(
-                native,
-                None,
-                timed,
-                None,
-                phase.duration_ns,
-                failed,
-                load="closed",
-                streams=concurrency,
-                delays_ns=list(phase.issue_delays_ns),
-            )
+            return _closed(native, timed, failed, concurrency)
         return self._by_drivers(plan, count, load_ns, watch)
+
+    def _paced(
+        self,
+        backend: Paced,
+        plan: GenerationPlan,
+        concurrency: int,
+        count: int,
+        load_ns: int,
+        watch: MachineWatch,
+    ) -> _Timed:
+        """A served model's requests, in one event loop: the server scenario as an open loop,
+        one stream or several as closed loops (``shared.measurement.paced``)."""
+        on_step = self.on_step
+        if isinstance(plan, Server):
+            native, timed, failed, lags = backend.paced(
+                lambda generate: open_loop(
+                    plan, generate, count, load_ns=load_ns, on_step=on_step, watch=watch
+                )
+            )
+            scheduled = [g.issued_ns - lag for g, lag in zip(timed, lags, strict=True)]
+            duration = native.phases[0].duration_ns
+            return _Timed(native, None, timed, scheduled, duration, failed, lags, load="open")
+        assert isinstance(plan, SingleStream)
+        native, timed, failed = backend.paced(
+            lambda generate: closed_loops(
+                plan, concurrency, generate, count, load_ns=load_ns, on_step=on_step, watch=watch
+            )
+        )
+        return _closed(native, timed, failed, concurrency)
 
     def _by_drivers(
         self, plan: GenerationPlan, count: int, load_ns: int, watch: MachineWatch

@@ -1,10 +1,7 @@
-"""The open loop: requests issued on a schedule (Poisson arrivals at the target rate), each at
-its time on a thread of its own whatever is in flight, so a server sees the offered load, and
-the client's lag (issue time - scheduled time) measured for every request.
-
-The server scenario of a served model (``vllm bench serve --request-rate``, GuideLLM's
-Poisson profile). An in-process model's server scenario runs through the scenario drivers
-(``server``), whose queue stands in front of the one model.
+"""The open loop as dlscope ran it before its requests moved to one event loop
+(``shared.measurement.paced``): each request at its time on a thread of its own, through the
+blocking client. Kept as the baseline the benchmarks measure the new client against
+(``bench/load_generator.py``, ``bench/endpoint.py``).
 """
 
 from __future__ import annotations
