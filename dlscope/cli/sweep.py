@@ -98,7 +98,12 @@ def sweep(
         ),
     ] = False,
     max_concurrency: Annotated[
-        int, typer.Option(min=1, max=256, help="--search: the most streams tried")
+        int,
+        typer.Option(
+            min=1,
+            max=4096,
+            help="--search: the most streams tried (a model in the worker's process: 256)",
+        ),
     ] = 64,
     start_rate: Annotated[
         float, typer.Option(min=0.001, help="--search --over rate: the first rate (req/s)")
