@@ -11,15 +11,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-
 from shared.measurement.overhead import null_query_floor_ns
+from shared.measurement.paced import open_loop_phase
 from shared.measurement.progress import OnStep, timed_queries, warming_up
 from shared.measurement.readings import MachineWatch
 from shared.measurement.requests import FAILURE_STREAK, R, every_request_failed, untimed_ns
 from shared.measurement.server import poisson_arrivals_ns
 from shared.measurement.warmup import warm_up
-from shared.messages import HarnessOverhead, ScenarioResult, Server, TimedPhase
+from shared.messages import ScenarioResult, Server
 
 __all__ = ["MAX_IN_FLIGHT", "run_open_loop"]
 
@@ -108,23 +107,14 @@ def run_open_loop(
     window = end_window() if end_window is not None else None
     if not done:
         raise every_request_failed(failed)
-    done.sort(key=lambda d: d[0].ended_ns)
-    timed = [g for g, _ in done]
-    lags = [lag for _, lag in done]
-    phase = TimedPhase(
-        samples_per_query=1,
-        first_query_ns=first_ns,
+    phase, timed, lags = open_loop_phase(
+        done,
+        scheduled=len(arrivals),
+        issued=issued,
+        origin_ns=origin,
+        first_ns=first_ns,
         warmup=warmup,
-        latencies_ns=tuple(g.ended_ns - (g.issued_ns - lag) for g, lag in done),
-        duration_ns=timed[-1].ended_ns - origin,
-        overhead=HarnessOverhead(
-            per_query_ns=float(np.mean(lags)),
-            timer_floor_ns=floor_ns,
-            method="the client's mean lag: a request's issue time - its scheduled arrival",
-        ),
-        stopped_by="schedule" if issued == len(arrivals) else "max_duration",
-        issue_delays_ns=tuple(lags),
-        unfinished_queries=len(arrivals) - issued,
+        floor_ns=floor_ns,
         window=window,
     )
     result = ScenarioResult(

@@ -33,11 +33,26 @@ from shared.measurement.progress import OnStep, timed_queries, warming_up
 from shared.measurement.readings import MachineWatch
 from shared.measurement.requests import FAILURE_STREAK, R, every_request_failed, untimed_ns
 from shared.measurement.server import poisson_arrivals_ns
-from shared.measurement.streams import closed_loops_phase
+from shared.measurement.streams import Tally
 from shared.measurement.warmup import warm_up_async
-from shared.messages import HarnessOverhead, ScenarioResult, Server, SingleStream, TimedPhase
+from shared.messages import (
+    HarnessOverhead,
+    MachineWindow,
+    ScenarioResult,
+    Server,
+    SingleStream,
+    TimedPhase,
+    WarmupReport,
+)
 
-__all__ = ["MAX_IN_FLIGHT", "MAX_STREAMS", "Generate", "closed_loops", "open_loop"]
+__all__ = [
+    "MAX_IN_FLIGHT",
+    "MAX_STREAMS",
+    "Generate",
+    "closed_loops",
+    "open_loop",
+    "open_loop_phase",
+]
 
 Generate = Callable[[int], Awaitable[R]]
 
@@ -70,52 +85,24 @@ async def closed_loops(
     first_ns = await one()
     warmup = await warm_up_async(one, plan.warmup)
     on_step(timed_queries(plan, f" ({streams} streams)", plan.min_duration_s))
-    done: list[R] = []
-    failed: list[R] = []
-    delays: list[int] = []
-    streak = 0
     stop = False
-    min_ns, max_ns = int(plan.min_duration_s * 1e9), int(plan.max_duration_s * 1e9)
     end_window = watch() if watch is not None else None
-    begin = clock()
+    tally: Tally[R] = Tally(plan, clock())
 
     async def stream() -> None:
-        nonlocal streak, stop
+        nonlocal stop
         previous: int | None = None  # when this stream's previous request was done
         while not stop:
             generated = await generate(next(taken) % prompts)
-            if previous is not None:
-                delays.append(generated.issued_ns - previous)
+            stop = tally.took(generated, previous) or stop
             previous = generated.finished_ns
-            if generated.failure is None:
-                done.append(generated)
-                streak = 0
-            else:
-                failed.append(generated)
-                streak += 1
-            elapsed = clock() - begin
-            enough = len(done) >= plan.min_query_count and elapsed >= min_ns
-            if enough or elapsed >= max_ns or streak >= FAILURE_STREAK:
-                stop = True
 
     with no_full_collections():
         await asyncio.gather(*(stream() for _ in range(streams)))
     window = end_window() if end_window is not None else None
-    if not done:
-        raise every_request_failed(failed)
-    phase = closed_loops_phase(
-        plan,
-        streams,
-        done,
-        delays,
-        begin_ns=begin,
-        first_ns=first_ns,
-        warmup=warmup,
-        floor_ns=floor_ns,
-        window=window,
-    )
+    phase = tally.phase(streams, first_ns=first_ns, warmup=warmup, floor_ns=floor_ns, window=window)
     result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))
-    return result, done, failed
+    return result, tally.done, tally.failed
 
 
 async def open_loop(
@@ -186,6 +173,34 @@ async def open_loop(
     window = end_window() if end_window is not None else None
     if not done:
         raise every_request_failed(failed)
+    phase, timed, lags = open_loop_phase(
+        done,
+        scheduled=len(arrivals),
+        issued=issued,
+        origin_ns=origin,
+        first_ns=first_ns,
+        warmup=warmup,
+        floor_ns=floor_ns,
+        window=window,
+    )
+    result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))
+    return result, timed, failed, lags
+
+
+def open_loop_phase(
+    done: list[tuple[R, int]],
+    *,
+    scheduled: int,
+    issued: int,
+    origin_ns: int,
+    first_ns: int,
+    warmup: WarmupReport,
+    floor_ns: float,
+    window: MachineWindow | None,
+) -> tuple[TimedPhase, list[R], list[int]]:
+    """The timed phase of an open loop whose schedule began at ``origin_ns``, ``issued`` of
+    its ``scheduled`` requests sent, and the ones ``done`` with their lags; with them in
+    completion order, and their lags in the same order."""
     done.sort(key=lambda d: d[0].ended_ns)
     timed = [g for g, _ in done]
     lags = [lag for _, lag in done]
@@ -194,16 +209,15 @@ async def open_loop(
         first_query_ns=first_ns,
         warmup=warmup,
         latencies_ns=tuple(g.ended_ns - (g.issued_ns - lag) for g, lag in done),
-        duration_ns=timed[-1].ended_ns - origin,
+        duration_ns=timed[-1].ended_ns - origin_ns,
         overhead=HarnessOverhead(
             per_query_ns=float(np.mean(lags)),
             timer_floor_ns=floor_ns,
             method="the client's mean lag: a request's issue time - its scheduled arrival",
         ),
-        stopped_by="schedule" if issued == len(arrivals) else "max_duration",
+        stopped_by="schedule" if issued == scheduled else "max_duration",
         issue_delays_ns=tuple(lags),
-        unfinished_queries=len(arrivals) - issued,
+        unfinished_queries=scheduled - issued,
         window=window,
     )
-    result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))
-    return result, timed, failed, lags
+    return phase, timed, lags

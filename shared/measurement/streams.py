@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Generic
 
 from shared.measurement.overhead import null_query_floor_ns
 from shared.measurement.progress import OnStep, timed_queries, warming_up
@@ -40,7 +41,7 @@ from shared.messages import (
     WarmupReport,
 )
 
-__all__ = ["closed_loops_phase", "run_streams"]
+__all__ = ["Tally", "closed_loops_phase", "run_streams"]
 
 
 def run_streams(
@@ -72,32 +73,17 @@ def run_streams(
     first_ns = one()
     warmup = warm_up(one, plan.warmup)
     on_step(timed_queries(plan, f" ({streams} streams)", plan.min_duration_s))
-    done: list[R] = []
-    failed: list[R] = []
-    delays: list[int] = []
-    streak = [0]  # failures in a row, across the streams
     stop = threading.Event()
-    begin = clock()
-    min_ns, max_ns = int(plan.min_duration_s * 1e9), int(plan.max_duration_s * 1e9)
+    tally: Tally[R] = Tally(plan, clock())
 
     def stream() -> None:
         previous: int | None = None  # when this stream's previous request was done
         while not stop.is_set():
             generated = generate(next_prompt())
             with lock:
-                if previous is not None:
-                    delays.append(generated.issued_ns - previous)
-                previous = generated.finished_ns
-                if generated.failure is None:
-                    done.append(generated)
-                    streak[0] = 0
-                else:
-                    failed.append(generated)
-                    streak[0] += 1
-                elapsed = clock() - begin
-                enough = len(done) >= plan.min_query_count and elapsed >= min_ns
-                if enough or elapsed >= max_ns or streak[0] >= FAILURE_STREAK:
+                if tally.took(generated, previous):
                     stop.set()
+            previous = generated.finished_ns
 
     end_window = watch() if watch is not None else None
     threads = [threading.Thread(target=stream, name=f"stream-{i}") for i in range(streams)]
@@ -106,21 +92,64 @@ def run_streams(
     for thread in threads:
         thread.join()
     window = end_window() if end_window is not None else None
-    if not done:
-        raise every_request_failed(failed)
-    phase = closed_loops_phase(
-        plan,
-        streams,
-        done,
-        delays,
-        begin_ns=begin,
-        first_ns=first_ns,
-        warmup=warmup,
-        floor_ns=floor_ns,
-        window=window,
-    )
+    phase = tally.phase(streams, first_ns=first_ns, warmup=warmup, floor_ns=floor_ns, window=window)
     result = ScenarioResult(scenario=plan, sample_count=prompts, load_ns=load_ns, phases=(phase,))
-    return result, done, failed
+    return result, tally.done, tally.failed
+
+
+class Tally(Generic[R]):
+    """What closed loops that began at ``begin_ns`` have come to: the timed requests done
+    and failed, each one's delay after its stream's previous, and whether it is time to stop
+    (both minimums met, the cap, or ``FAILURE_STREAK`` failures in a row across the streams)."""
+
+    def __init__(self, plan: SingleStream, begin_ns: int) -> None:
+        self.plan, self.begin_ns = plan, begin_ns
+        self.done: list[R] = []
+        self.failed: list[R] = []
+        self.delays: list[int] = []
+        self.streak = 0
+        self._min_ns = int(plan.min_duration_s * 1e9)
+        self._max_ns = int(plan.max_duration_s * 1e9)
+
+    def took(self, generated: R, previous_ns: int | None) -> bool:
+        """Count ``generated``, its stream's previous request done at ``previous_ns`` (None:
+        its first); whether the loops are to stop."""
+        if previous_ns is not None:
+            self.delays.append(generated.issued_ns - previous_ns)
+        if generated.failure is None:
+            self.done.append(generated)
+            self.streak = 0
+        else:
+            self.failed.append(generated)
+            self.streak += 1
+        elapsed = time.perf_counter_ns() - self.begin_ns
+        enough = len(self.done) >= self.plan.min_query_count and elapsed >= self._min_ns
+        return enough or elapsed >= self._max_ns or self.streak >= FAILURE_STREAK
+
+    def phase(
+        self,
+        streams: int,
+        *,
+        first_ns: int,
+        warmup: WarmupReport,
+        floor_ns: float,
+        window: MachineWindow | None,
+    ) -> TimedPhase:
+        """The timed phase of ``streams`` loops (``done`` sorted by completion); the run's
+        failure when none of its requests succeeded."""
+        if not self.done:
+            raise every_request_failed(self.failed)
+        return closed_loops_phase(
+            self.plan,
+            streams,
+            self.done,
+            self.delays,
+            begin_ns=self.begin_ns,
+            first_ns=first_ns,
+            warmup=warmup,
+            floor_ns=floor_ns,
+            window=window,
+        )
 
 
 def closed_loops_phase(

@@ -33,7 +33,6 @@ from services.workers.framework.endpoint.wire import (
     Reading,
     Sampling,
     Streamed,
-    event,
     request_body,
 )
 from shared.errors import ConfigurationError
@@ -173,13 +172,8 @@ class Endpoint:
 
     def _read(self, response: httpx.Response, reading: Reading) -> Streamed:
         for line in response.iter_lines():
-            data = event(line)
-            if data is False:
-                continue
-            if data is None:
-                return reading.ended()
-            if (error := reading.took(self.api, data)) is not None:
-                return reading.ended("server_error", error)
+            if (done := reading.line(self.api, line)) is not None:
+                return done
         return reading.read_to_its_end()
 
 

@@ -29,7 +29,6 @@ from services.workers.framework.endpoint.wire import (
     Reading,
     Sampling,
     Streamed,
-    event,
     request_body,
 )
 
@@ -119,13 +118,8 @@ class LoadClient:
                     detail = (await response.content.read(512)).decode(errors="replace")
                     return reading.ended("http_error", f"HTTP {response.status}: {detail}")
                 async for line in response.content:
-                    data = event(line)
-                    if data is False:
-                        continue
-                    if data is None:
-                        return reading.ended()
-                    if (error := reading.took(self.api, data)) is not None:
-                        return reading.ended("server_error", error)
+                    if (done := reading.line(self.api, line)) is not None:
+                        return done
                 return reading.read_to_its_end()
         except TimeoutError as exc:
             return reading.ended("timeout", repr(exc))

@@ -43,36 +43,30 @@ def described_endpoint(options: EndpointOptions) -> dict[str, Any]:
     return {"endpoint": {"url": public_url(options.url or ""), "models": models}}
 
 
-def connect(
-    options: EndpointOptions, model: str, *, api: API = "completions", streams: int = 1
-) -> Endpoint:
-    """A blocking client of the server, for ``streams`` requests at once."""
-    if not options.url:
-        raise ConfigurationError(unusable(options) or "no endpoint")
-    return Endpoint(
-        options.url,
-        model,
-        api=api,
-        api_key=options.api_key,
-        timeout_s=options.timeout_s,
-        connect_timeout_s=options.connect_timeout_s,
-        max_connections=max(streams, 1),
-    )
+def connect(options: EndpointOptions, model: str, *, api: API = "completions") -> Endpoint:
+    """A blocking client of the server, for one request at a time (the checks, the metrics,
+    the parity tokens)."""
+    url, settings = _client_settings(options, streams=1)
+    return Endpoint(url, model, api=api, **settings)
 
 
 def load_client(options: EndpointOptions, model: str, *, api: API, streams: int) -> LoadClient:
     """The timed requests' client of the server, for ``streams`` requests at once."""
+    url, settings = _client_settings(options, streams)
+    return LoadClient(url, model, api=api, **settings)
+
+
+def _client_settings(options: EndpointOptions, streams: int) -> tuple[str, dict[str, Any]]:
+    """The server's URL and what either client takes from the options, for ``streams``
+    requests at once."""
     if not options.url:
         raise ConfigurationError(unusable(options) or "no endpoint")
-    return LoadClient(
-        options.url,
-        model,
-        api=api,
-        api_key=options.api_key,
-        timeout_s=options.timeout_s,
-        connect_timeout_s=options.connect_timeout_s,
-        max_connections=max(streams, 1),
-    )
+    return options.url, {
+        "api_key": options.api_key,
+        "timeout_s": options.timeout_s,
+        "connect_timeout_s": options.connect_timeout_s,
+        "max_connections": max(streams, 1),
+    }
 
 
 def local_server(url: str) -> psutil.Process | None:

@@ -130,6 +130,19 @@ class Reading:
             completed_ns=time.perf_counter_ns(),
         )
 
+    def line(self, api: API, line: str | bytes) -> Streamed | None:
+        """Take one line of the answer's event stream; the request as it went once the line
+        ends it (``[DONE]``, the server's error), else None. A ``ValueError`` or
+        ``TypeError`` for data the API does not describe."""
+        data = event(line)
+        if data is False:
+            return None
+        if data is None:
+            return self.ended()
+        if (error := self.took(api, data)) is not None:
+            return self.ended("server_error", error)
+        return None
+
     def read_to_its_end(self) -> Streamed:
         """The answer once its stream closed without ``[DONE]``: fine once the server said
         why it finished; otherwise it went away mid-answer."""
