@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import digits_manifests
+from harness.opencl import opencl_problem
 from services.workers.framework.frameworks import framework_for
 from services.workers.framework.predictors import Profiles, Unavailable
 from services.workers.framework.profiling import PROFILER_WARMUP
@@ -279,8 +280,12 @@ async def run(scale: Scale | None = None, *, zoo: Path | None = None) -> dict[st
         cache = ArtifactCache(Path(scratch) / "artifacts")
         results: dict[str, Any] = {"load_average_before": os.getloadavg()}
         for framework, name, manifest in _subjects(zoo or Path(scratch) / "zoo"):
-            path = await asyncio.to_thread(cache.fetch, manifest.source)
             key = f"{framework} {name}"
+            if framework == "opencl" and (problem := opencl_problem()) is not None:
+                results[key] = {"skipped": problem}  # e.g. PoCL's LLVM too old for this CPU
+                continue
+            assert manifest.source is not None
+            path = await asyncio.to_thread(cache.fetch, manifest.source)
             results[key] = await asyncio.to_thread(
                 _subject, framework, manifest, path, name == "resnet50", scale
             )

@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ import orjson
 import pytest
 
 from dlscope.cli.http import registration
+from harness.opencl import opencl_problem
 from shared.config import REPOSITORY_ROOT
 from shared.manifests import Manifest, ModelManifest, load_manifest, parse_manifest
 from tests.tiers import FIXTURE_MARKS, STRICT, built_here
@@ -71,27 +73,6 @@ async def register_model(
         "/v1/models",
         files=[("manifest", ("manifest.json", orjson.dumps(body), "application/json")), *parts],
     )
-
-
-@functools.cache
-def opencl_problem(hardware: str = "cpu") -> str | None:
-    """Why OpenCL runs no program on this machine's ``hardware`` device (its compiler builds
-    no kernel: PoCL's LLVM may not know a new CPU), or None. Asked in a process of its own,
-    as a worker's framework process asks it: a compiler that fails may not leave cleanly."""
-    probe = (
-        "from services.workers.framework.opencl.devices import compiler_problem; "
-        f"print(compiler_problem({hardware!r}) or '', end='')"
-    )
-    found = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=REPOSITORY_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if found.returncode != 0:
-        return f"the OpenCL probe itself failed: {found.stderr.strip()[-500:]}"
-    return found.stdout or None
 
 
 def runnable(frameworks: tuple[str, ...], hardware: str = "cpu") -> tuple[str, ...]:
@@ -179,14 +160,45 @@ def postgres_url(postgres_database: str) -> str:
     return postgres_database
 
 
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]
+) -> Path:
+    """The folder ``build`` filled, built once for the whole run. Under pytest-xdist each
+    worker has session fixtures of its own, so each would build again (SmolLM2 takes over a
+    minute on two cores): the first worker to ask builds into a folder beside the workers'
+    own, under a lock, and the others wait for it and read what it built. Read only."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        out = tmp_path_factory.mktemp(name)
+        build(out)
+        return out
+    root = tmp_path_factory.getbasetemp().parent
+    out, done = root / name, root / f"{name}.built"
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            # What a worker that failed left half-built is built again, as a fresh run would.
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            build(out)
+            done.touch()
+    return out
+
+
+def load_model(path: Path) -> ModelManifest:
+    manifest = load_manifest(path)
+    assert isinstance(manifest, ModelManifest), path
+    return manifest
+
+
 @pytest.fixture(scope="session")
 def digits_zoo(tmp_path_factory: pytest.TempPathFactory) -> list[BuiltModel]:
     """The zoo's digits CNN, trained and exported once for the session (ten seconds on two
     cores; a dozen tests read it): ONNX, TorchScript and a SavedModel, with their manifests.
     Read only: a test that builds or writes files builds into a folder of its own."""
-    from dlscope.zoo import build_digits
+    from dlscope.zoo import BuiltModel, build_digits
 
-    return build_digits(tmp_path_factory.mktemp("digits-zoo"))
+    out = built_once(tmp_path_factory, "digits-zoo", build_digits)
+    return [BuiltModel(load_model(path), path) for path in sorted(out.glob("*.yaml"))]
 
 
 @pytest.fixture(scope="session")
@@ -195,8 +207,9 @@ def minilm_zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ModelManif
     more), by framework. Read only, as ``digits_zoo``."""
     from dlscope.zoo.minilm import build_minilm
 
-    built = build_minilm(tmp_path_factory.mktemp("minilm-zoo"))
-    return {manifest.framework.name: manifest for manifest, _ in built}
+    out = built_once(tmp_path_factory, "minilm-zoo", build_minilm)
+    manifests = [load_model(path) for path in sorted(out.glob("*.yaml"))]
+    return {manifest.framework.name: manifest for manifest in manifests}
 
 
 @pytest.fixture(scope="session")
@@ -242,17 +255,31 @@ def smollm2_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     that reads the built files, or runs the CLI on them, rather than building through the
     CLI. Built in a process of its own, as a user's ``dlscope zoo build`` is: the build's
     gigabytes never enter this one."""
+
+    def build(home: Path) -> None:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
+        environment["DLSCOPE_HOME"] = str(home)
+        command = ["zoo", "build", "smollm2", "--out", str(home / "zoo")]
+        built = subprocess.run(
+            [sys.executable, "-m", "dlscope", *command],
+            env=environment,
+            cwd=REPOSITORY_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert built.returncode == 0, built.stderr
+
+    # The CLI writes its database and results in its home: each worker has a copy of its
+    # own, the zoo's files (a gigabyte, read only) hard links to the one build's.
+    shared = built_once(tmp_path_factory, "smollm2-home", build)
     home = tmp_path_factory.mktemp("smollm2-home")
-    out = home / "zoo"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
-    environment["DLSCOPE_HOME"] = str(home)
-    built = subprocess.run(
-        [sys.executable, "-m", "dlscope", "zoo", "build", "smollm2", "--out", str(out)],
-        env=environment,
-        cwd=REPOSITORY_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert built.returncode == 0, built.stderr
+    shutil.copytree(shared, home, dirs_exist_ok=True, copy_function=_linked_in_zoo)
     return home
+
+
+def _linked_in_zoo(source: str, destination: str) -> None:
+    if Path(source).parent.name == "zoo":
+        os.link(source, destination)
+    else:
+        shutil.copy2(source, destination)

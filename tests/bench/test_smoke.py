@@ -285,6 +285,9 @@ def test_trace_overhead(digits_zoo: list[BuiltModel]) -> None:
     assert len(subjects) == 6
     for key in subjects:
         subject = result[key]
+        if key.startswith("opencl ") and opencl_problem() is not None:
+            assert subject == {"skipped": opencl_problem()}  # its compiler builds nothing here
+            continue
         numbers(subject, "headline_full_over_none")
         for level in ("none", "full"):
             assert [is_number(v) for v in subject["headline_p50_ms"][level]] == [True]
