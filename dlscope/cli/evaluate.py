@@ -48,6 +48,7 @@ from dlscope.cli.options import (
 )
 from dlscope.cli.outcome import exit_status, untrusted
 from dlscope.cli.repeats import DEFAULT_MAX_SPREAD, run_arguments, run_repeated
+from dlscope.cli.served_options import OptionalModelArg, ServedOptions
 from dlscope.cli.spread import spread_options
 from dlscope.cli.tables import generation_table, layers_table, summary_table
 from dlscope.cli.terminal import LOG_FORMAT, console, fail
@@ -61,9 +62,11 @@ JsonPath = Annotated[Path | None, typer.Option("--json", help="write the full re
 
 @spread_options
 def run(
-    model: ModelArg,
+    *,
+    model: OptionalModelArg = None,
     options: EvaluationOptions,
     comparison: ComparisonOptions,
+    served: ServedOptions,
     json_path: JsonPath = None,
     repeat: Annotated[
         int,
@@ -88,6 +91,9 @@ def run(
 
     With --framework all (or a list), evaluate it on every framework installed here that
     has an export of it, one at a time on the shared device, and compare them.
+
+    With --served-model NAME --tokenizer FILE --endpoint URL, a model a server serves that
+    no manifest names.
     """
     # The outcome is reported below; the services' own warnings are for --verbose.
     logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format=LOG_FORMAT)
@@ -102,14 +108,17 @@ def run(
     from dlscope.cli.embedded_client import EmbeddedClient
 
     client = EmbeddedClient(run_settings(endpoint))
-    _request(client, model, options, comparison, "dlscope run", json_path, wait=True)
+    name, options = served.resolve(model, options, client)
+    _request(client, name, options, comparison, "dlscope run", json_path, wait=True)
 
 
 @spread_options
 def submit(
-    model: ModelArg,
+    *,
+    model: OptionalModelArg = None,
     options: EvaluationOptions,
     comparison: ComparisonOptions,
+    served: ServedOptions,
     gateway: Annotated[str, gateway_option()] = "http://127.0.0.1:8080",
     wait: Annotated[bool, typer.Option(help="wait for the outcome and print it")] = True,
     token: Token = None,
@@ -121,7 +130,8 @@ def submit(
 
     client = HttpClient(gateway, token)
     try:
-        _request(client, model, options, comparison, "dlscope submit", json_path, wait=wait)
+        name, options = served.resolve(model, options, client)
+        _request(client, name, options, comparison, "dlscope submit", json_path, wait=wait)
     finally:
         client.close()
 

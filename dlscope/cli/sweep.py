@@ -24,8 +24,9 @@ from rich.table import Table
 
 from dlscope.cli.client import Client
 from dlscope.cli.gateway_options import Token, gateway_option
-from dlscope.cli.options import EndpointOpt, EvaluationOptions, ModelArg, run_settings
+from dlscope.cli.options import EndpointOpt, EvaluationOptions, run_settings
 from dlscope.cli.outcome import exit_status, worst
+from dlscope.cli.served_options import OptionalModelArg, ServedOptions
 from dlscope.cli.spread import spread_options
 from dlscope.cli.target import client_for
 from dlscope.cli.terminal import console, fail
@@ -71,8 +72,10 @@ def _load(level: float, over: Over) -> str:
 
 @spread_options
 def sweep(
-    model: ModelArg,
+    *,
+    model: OptionalModelArg = None,
     options: EvaluationOptions,
+    served: ServedOptions,
     levels: Annotated[
         str,
         typer.Option(
@@ -133,6 +136,7 @@ def sweep(
     options, kind = _checked(options, over, search, start_rate)
     asked = [] if search else _levels(levels, kind)
     client = client_for(gateway, token, run_settings(endpoint))
+    model, options = served.resolve(model, options, client)
     loads = _Loads(model, options, kind, client)
     percentile = options.slo_percentile or 0.99
     found = None

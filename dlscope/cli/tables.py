@@ -158,7 +158,7 @@ def generation_table(generation: dict[str, Any]) -> Table:
 
 def _served_lines(generation: dict[str, Any]) -> list[str]:
     """What a served model's run adds: its failed requests by kind (never latencies), how far
-    the tokenizer's counts are from the server's, the client's lag."""
+    the tokenizer's counts are from the server's, the client's lag and its own CPU."""
     if generation.get("timed") != "chunk":
         return []
     failures = generation.get("failures") or {}
@@ -168,6 +168,12 @@ def _served_lines(generation: dict[str, Any]) -> list[str]:
         lines.append(f"output tokens, tokenizer vs the server's usage: {difference:+.1%}")
     if generation.get("client_lag") is None and (lag := generation.get("client_lag_p99_ms")):
         lines.append(f"client lag (issue - scheduled time), p99: {lag:.3f} ms")
+    if (client := generation.get("client")) is not None:
+        lines.append(
+            f"client CPU: {client['cores']:.2f} of a core, {client['cpu_per_request_ms']:.3f} "
+            "ms per request"
+            + (" (saturated: the client, not the server, was the limit)" * client["saturated"])
+        )
     return lines
 
 

@@ -21,6 +21,7 @@ from shared.messages import (
     EvaluationMeasured,
     GenerationSummary,
     LatencySummary,
+    MachineWindow,
     ReasonCode,
     Scenario,
     Verdict,
@@ -46,7 +47,7 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
         environment=measured.conditions,
         noise=None if readings is None else readings.noise,
     )
-    generation = _generation(measured, run.phases[0].issue_delays_ns)
+    generation = _generation(measured, run.phases[0].issue_delays_ns, run.phases[0].window)
     if generation is not None:
         verdict = _with_token_bounds(verdict, generation, scenario)
     phase, headline = run.phases[0], statistics[0]
@@ -81,10 +82,13 @@ def summarize(measured: EvaluationMeasured) -> LatencySummary:
 
 
 def _generation(
-    measured: EvaluationMeasured, issue_delays_ns: tuple[int, ...] = ()
+    measured: EvaluationMeasured,
+    issue_delays_ns: tuple[int, ...] = (),
+    window: MachineWindow | None = None,
 ) -> GenerationSummary | None:
     """A generative run's token statistics from its record, whichever driver ran it; a
-    server scenario's lag from the timed phase where the record keeps none (in process)."""
+    server scenario's lag from the timed phase where the record keeps none (in process), and
+    a served model's client's CPU from the phase's ``window``."""
     if measured.generation is None:
         return None
     scenario = measured.scenario
@@ -96,6 +100,7 @@ def _generation(
         tpot_bound_ms=scenario.tpot_bound_ms,
         e2e_bound_ms=scenario.e2e_bound_ms,
         issue_delays_ns=issue_delays_ns if scenario.name == "server" else (),
+        window=window,
     )
 
 

@@ -96,10 +96,10 @@ def _with_sources(
     manifest: Manifest, admitted: Callable[[str, ModelSource], ModelSource]
 ) -> Manifest:
     if isinstance(manifest, ModelManifest):
-        weights, tokenizer = manifest.weights, manifest.tokenizer
+        graph, weights, tokenizer = manifest.source, manifest.weights, manifest.tokenizer
         return manifest.model_copy(
             update={
-                "source": admitted("source", manifest.source),
+                "source": None if graph is None else admitted("source", graph),
                 "weights": None if weights is None else admitted("weights", weights),
                 "tokenizer": None if tokenizer is None else admitted("tokenizer", tokenizer),
             }

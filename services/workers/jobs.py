@@ -332,10 +332,12 @@ class JobRunner:
         tokenizer where the model runs in its server), where results go, and this job's
         span, which a served model's requests carry to the server."""
         fetch = self.artifacts.fetch
-        tokenizer = job.manifest.tokenizer
+        source, tokenizer = job.manifest.source, job.manifest.tokenizer
         needs_weights = self.framework.described.needs_weights
         return JobInputs(
-            model=await asyncio.to_thread(fetch, job.manifest.source) if needs_weights else None,
+            model=None
+            if source is None or not needs_weights
+            else await asyncio.to_thread(fetch, source),
             results_dir=self.results_dir / str(job.evaluation_id),
             tokenizer=None if tokenizer is None else await asyncio.to_thread(fetch, tokenizer),
             traceparent=inject().get("traceparent"),

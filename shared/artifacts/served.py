@@ -86,7 +86,7 @@ def served_manifest(manifest: Served, base_url: str) -> Served:
     on the artifact server at ``base_url``; remote sources unchanged."""
     if isinstance(manifest, ModelManifest):
         changes: dict[str, ModelSource | DatasetSource | None] = {
-            "source": _served(manifest.source, base_url),
+            "source": None if manifest.source is None else _served(manifest.source, base_url),
             "weights": None if manifest.weights is None else _served(manifest.weights, base_url),
             "tokenizer": (
                 None if manifest.tokenizer is None else _served(manifest.tokenizer, base_url)

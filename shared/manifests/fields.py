@@ -47,11 +47,11 @@ __all__ = [
 ElementType = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
 # The same names as shared.messages.evaluation.Framework/Hardware (which imports this package,
 # so it cannot be imported from here).
-# ``ModelFrameworkName``: what a model's files are made for. ``FrameworkName``: what a worker
-# runs, those and ``endpoint`` (a model served elsewhere, measured over HTTP: no file is made
-# for it).
-ModelFrameworkName = Literal["onnxruntime", "pytorch", "tensorflow", "tensorrt", "opencl"]
+# ``FrameworkName``: what a worker runs, each framework and ``endpoint`` (a model served
+# elsewhere, measured over HTTP). A model's manifest names one of them: what its files are
+# made for, or ``endpoint`` for a model known only as a server serves it (no file of its own).
 FrameworkName = Literal["onnxruntime", "pytorch", "tensorflow", "tensorrt", "opencl", "endpoint"]
+ModelFrameworkName = FrameworkName
 Hardware = Literal["cpu", "gpu", "fpga"]
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"

@@ -164,8 +164,14 @@ class ModelManifest(Versioned):
     framework: FrameworkRequirement
     inputs: list[InputSpec] = Field(min_length=1, max_length=MAX_ITEMS)
     outputs: list[OutputSpec] = Field(min_length=1, max_length=MAX_ITEMS)
-    # The graph (or the whole model, when it is one file).
-    source: ModelSource
+    # The graph (or the whole model, when it is one file); none for a served model, whose
+    # weights are its server's (framework ``endpoint``).
+    source: ModelSource | None = None
+    # The name its server serves it under, where that is not the manifest's own (a served
+    # model's: ``meta-llama/Llama-3.1-8B-Instruct`` is no manifest name).
+    served_as: str | None = Field(
+        default=None, min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$"
+    )
     # Weights kept in a file of their own, for formats that split them from the graph.
     weights: ModelSource | None = None
     # A text model's tokenizer (a Hugging Face tokenizer.json), which its tokenize steps use.
@@ -183,6 +189,27 @@ class ModelManifest(Versioned):
         if twice:
             raise ValueError(f"tensor names must be unique, repeated: {', '.join(twice)}")
         return value
+
+    @model_validator(mode="after")
+    def _source_given(self) -> ModelManifest:
+        endpoint = self.framework.name == SERVED_BY
+        if self.source is None and not endpoint:
+            raise ValueError(
+                f"source: a model {self.framework.name} runs needs its file: add "
+                "source: {uri: <path>, sha256: <its digest>} (only a served model, framework "
+                f"{SERVED_BY}, has none)"
+            )
+        if endpoint and self.source is not None:
+            raise ValueError(
+                f"source: a served model (framework {SERVED_BY}) has no file of its own: its "
+                "server holds the weights"
+            )
+        if endpoint and not self.served:
+            raise ValueError(
+                f"framework {SERVED_BY}: a served model generates text and names the "
+                "tokenizer that counts its tokens: give it generation and tokenizer"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tokenizer_given(self) -> ModelManifest:
@@ -273,8 +300,14 @@ class ModelManifest(Versioned):
     def frameworks(self) -> tuple[FrameworkName, ...]:
         """The frameworks that run this model's files: its own, and those that take the same
         format (an ONNX graph is also what TensorRT and dlscope's OpenCL engine run)."""
-        served = (SERVED_BY,) if self.served else ()
-        return (self.framework.name, *ALSO_RUN_BY.get(self.framework.name, ()), *served)
+        own = self.framework.name
+        served = (SERVED_BY,) if self.served and own != SERVED_BY else ()
+        return (own, *ALSO_RUN_BY.get(own, ()), *served)
+
+    @property
+    def served_name(self) -> str:
+        """The name its server serves it under."""
+        return self.served_as or self.name
 
     @property
     def served(self) -> bool:
@@ -292,9 +325,9 @@ class ModelManifest(Versioned):
 
     @property
     def sources(self) -> dict[str, ModelSource]:
-        """Every file to fetch, by role: ``graph``, and ``weights`` and ``tokenizer`` when
-        there are."""
-        files = {"graph": self.source}
+        """Every file to fetch, by role: ``graph`` (but for a served model), and ``weights``
+        and ``tokenizer`` when there are."""
+        files = {} if self.source is None else {"graph": self.source}
         if self.weights is not None:
             files["weights"] = self.weights
         if self.tokenizer is not None:

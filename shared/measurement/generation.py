@@ -10,7 +10,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from shared.measurement.finish import TOKEN_COUNT_TOLERANCE, TRUNCATED
-from shared.measurement.lag import LAG_FLOOR_NS, MAX_LAG_FRACTION, client_lag, judge_lag
+from shared.measurement.lag import (
+    LAG_FLOOR_NS,
+    MAX_LAG_FRACTION,
+    client_cost,
+    client_lag,
+    judge_client,
+    judge_lag,
+)
 from shared.measurement.statistics import summarize_latencies
 from shared.measurement.steady import steady_window
 from shared.messages import (
@@ -20,6 +27,7 @@ from shared.messages import (
     GenerationRecord,
     GenerationSummary,
     LatencyStatistics,
+    MachineWindow,
     Reason,
     ReasonCode,
     Scenario,
@@ -55,12 +63,14 @@ def summarize_generation(
     tpot_bound_ms: float | None = None,
     e2e_bound_ms: float | None = None,
     issue_delays_ns: tuple[int, ...] = (),
+    window: MachineWindow | None = None,
 ) -> GenerationSummary:
     """The statistics of ``record``'s timed requests; each metric's headline (the one with a
     bootstrap interval besides the median) is ``headline_percentile``, the percentile the
     bounds judge. With a bound, goodput: the requests that met every bound, per second. The
     client's lag (``lag.client_lag``: the open loop's from ``issue_delays_ns`` where the
-    record keeps none) and the steady-state window (``steady``) beside them."""
+    record keeps none), a served model's client's own CPU over the timed phase ``window``
+    (``lag.client_cost``) and the steady-state window (``steady``) beside them."""
     requests = record.requests
     ttft = [r.token_ns[0] - r.scheduled_ns for r in requests]
     e2e = [r.token_ns[-1] - r.scheduled_ns for r in requests]
@@ -93,6 +103,7 @@ def summarize_generation(
         token_count_difference=_count_difference(requests),
         client_lag_p99_ms=None if lag is None else lag.p99_ms,
         client_lag=lag,
+        client=client_cost(record, window),
         requests=len(requests),
         goodput_per_s=None if met is None else met / (duration / 1e9),
         input_tokens_mean=float(np.mean([r.input_tokens for r in requests])),
@@ -180,7 +191,8 @@ def judge_tokens(summary: GenerationSummary, scenario: Scenario) -> list[Reason]
 def judge_served(summary: GenerationSummary) -> list[Reason]:
     """What a run of requests says of itself: failed requests (an error past
     ``MAX_FAILED_FRACTION``, else a warning), a client that issued late (an error: the load
-    was not the scenario's; ``lag``), token counts that disagree with the server's (a
+    was not the scenario's; ``lag``), a client whose own loop was saturated (a warning: it,
+    not the server, was the limit), token counts that disagree with the server's (a
     warning)."""
     reasons = []
     failed = sum(summary.failures.values())
@@ -202,6 +214,8 @@ def judge_served(summary: GenerationSummary) -> list[Reason]:
         )
     if (late := judge_lag(summary)) is not None:
         reasons.append(late)
+    if (saturated := judge_client(summary)) is not None:
+        reasons.append(saturated)
     difference = summary.token_count_difference
     if difference is not None and abs(difference) > TOKEN_COUNT_TOLERANCE:
         reasons.append(

@@ -26,18 +26,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.messages import ClientLag, GenerationRecord, GenerationSummary, Reason, ReasonCode
+from shared.messages import (
+    ClientCost,
+    ClientLag,
+    GenerationRecord,
+    GenerationSummary,
+    MachineWindow,
+    Reason,
+    ReasonCode,
+)
 from shared.messages.verdicts import Severity
 
 __all__ = [
     "LAG_FLOOR_NS",
     "MAX_LAG_FRACTION",
     "MAX_LAG_GAP_FRACTION",
+    "SATURATED_CORES",
+    "client_cost",
     "client_lag",
+    "judge_client",
     "judge_lag",
 ]
 
 LAG_FLOOR_NS = 1_000_000
+# A served model's client issues and reads every request from one event loop, on one thread:
+# busy this share of a core or more over the timed phase, it had no time left to be on time,
+# and what limited the run may have been the client rather than the server. (Its process's
+# other threads add little: the loop does the work.)
+SATURATED_CORES = 0.9
 MAX_LAG_FRACTION = 0.05
 MAX_LAG_GAP_FRACTION = 0.25
 
@@ -57,6 +73,41 @@ def client_lag(record: GenerationRecord, issue_delays_ns: tuple[int, ...] = ()) 
     served = record.served
     lags = served.client_lag_ns if served is not None and served.client_lag_ns else issue_delays_ns
     return _summary(lags, "open", _mean_gap_ms(record), _OPEN)
+
+
+def client_cost(record: GenerationRecord, window: MachineWindow | None) -> ClientCost | None:
+    """A served model's client's own CPU over the timed phase (``window``: the measuring
+    process is the client, the model runs elsewhere); None for a model run in process, whose
+    process's CPU is the model's, or where the phase kept no window."""
+    if record.served is None or window is None or window.duration_ns <= 0:
+        return None
+    offered = len(record.requests) + sum(record.served.failures.values())
+    cores = window.own_cpu_s / window.duration_s
+    return ClientCost(
+        cpu_s=window.own_cpu_s,
+        cores=cores,
+        cpu_per_request_ms=window.own_cpu_s * 1e3 / offered,
+        saturated=cores >= SATURATED_CORES,
+    )
+
+
+def judge_client(summary: GenerationSummary) -> Reason | None:
+    """A warning where the client's own loop was saturated (``SATURATED_CORES``): whatever
+    the lag rule says, the run measured as much of the client as of the server."""
+    cost = summary.client
+    if cost is None or not cost.saturated:
+        return None
+    return Reason(
+        code=ReasonCode.CLIENT_SATURATED,
+        severity=Severity.WARNING,
+        message=f"the client, not the server, was the limit: it used {cost.cores:.2f} of a "
+        f"core over the timed phase ({cost.cpu_per_request_ms:.2f} ms per request) from an "
+        f"event loop on one thread, at least {SATURATED_CORES:.0%} of it busy, so the "
+        "server was offered what the client could issue: ask a lighter load or run the "
+        "client on a machine of its own",
+        measured=cost.cores,
+        limit=SATURATED_CORES,
+    )
 
 
 def _summary(

@@ -102,6 +102,7 @@ from shared.messages.fingerprint import (
 from shared.messages.generation import (
     GENERATION_METRICS,
     SERVED_METRICS,
+    ClientCost,
     ClientLag,
     GeneratedRequest,
     GenerationRecord,
@@ -194,6 +195,7 @@ __all__ = [
     "BatchSweep",
     "CdfPoint",
     "CheckAttempt",
+    "ClientCost",
     "ClientLag",
     "ComparedLatency",
     "ComparedTokens",

@@ -193,6 +193,24 @@ class ClientLag(BaseModel):
     definition: str
 
 
+class ClientCost(BaseModel):
+    """What a served model's client itself cost over the timed phase: the CPU time of the
+    process that issued the requests and read the answers (dlscope's, not the server's),
+    its share of a core, and per timed request."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cpu_s: float = Field(ge=0, allow_inf_nan=False)
+    cores: float = Field(
+        ge=0, allow_inf_nan=False, description="cpu_s over the timed phase's duration"
+    )
+    cpu_per_request_ms: float = Field(ge=0, allow_inf_nan=False)
+    saturated: bool = Field(
+        description="the client's event loop, on one thread, was busy nearly all the time: "
+        "the client, not the server, was the limit"
+    )
+
+
 class SteadyWindow(BaseModel):
     """The part of the timed phase where the client held its full load (every stream with a
     request in flight, or arrivals on schedule past the ramp-up), ramp-up and drain left
@@ -249,6 +267,9 @@ class GenerationSummary(BaseModel):
     )
     client_lag: ClientLag | None = Field(
         default=None, description="the client's own lag (open loop) or delay (closed loops)"
+    )
+    client: ClientCost | None = Field(
+        default=None, description="a served model's client: its own CPU over the timed phase"
     )
     steady: SteadyWindow | None = Field(
         default=None,

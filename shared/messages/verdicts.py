@@ -44,6 +44,7 @@ class ReasonCode(StrEnum):
     REQUESTS_FAILED = "requests_failed"
     TOKEN_COUNTS_DISAGREE = "token_counts_disagree"
     STEADY_WINDOW_SHORT = "steady_window_short"
+    CLIENT_SATURATED = "client_saturated"
 
 
 class Severity(StrEnum):

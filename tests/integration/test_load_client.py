@@ -8,6 +8,8 @@ every way a request can fail kept as data with its kind."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import statistics
 import time
@@ -193,7 +195,22 @@ def test_the_pacer_wakes_the_loop_at_the_time_and_never_before() -> None:
             await pacer.until(began - 1)
             return time.perf_counter_ns() - began
 
+    async def after_a_cancelled_wait() -> int:
+        # A wait given up before its timer fires, the timer then expiring with no one
+        # waiting: the next wait ends at its own time, never at the expiry left behind.
+        with Pacer() as pacer:
+            waiting = asyncio.ensure_future(pacer.until(time.perf_counter_ns() + 1_000_000))
+            await asyncio.sleep(0)
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            await asyncio.sleep(0.005)  # the first timer has expired, unread by a waiter
+            at = time.perf_counter_ns() + 3_000_000
+            await pacer.until(at)
+            return time.perf_counter_ns() - at
+
     lags = uvloop.run(late_by())
+    assert uvloop.run(after_a_cancelled_wait()) >= 0
     assert min(lags) >= 0
     assert statistics.median(lags) < 1e6  # within the millisecond a loop's timers round to
     assert uvloop.run(past()) < 1e6  # a time already gone: at once

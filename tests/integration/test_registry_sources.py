@@ -24,8 +24,10 @@ from typing import Any
 import orjson
 import pytest
 
+from dlscope.served import served_manifest
 from harness.squeezenet import SQUEEZENET_PKG as SQUEEZENET
 from harness.squeezenet import SQUEEZENET_SHA
+from harness.stub_tokenizer import write_stub_tokenizer
 from harness.waiting import eventually
 from shared.artifacts import locate
 from shared.messages import Envelope, RegisterArtifact, RegistrationResult
@@ -113,6 +115,25 @@ async def test_a_model_uploaded_with_its_manifest_is_kept_by_digest_and_evaluate
     await eventually(lambda: any_stack.listed("uploaded-net", "1.0.0"))
     evaluation = await any_stack.evaluate("uploaded-net")
     assert evaluation["status"] == "completed", evaluation["error"]
+
+
+async def test_a_served_models_manifest_is_uploaded_with_its_tokenizer_and_no_file_else(
+    any_stack: Stack, tmp_path: Path
+) -> None:
+    # What `dlscope submit --served-model stub --tokenizer FILE` registers through a gateway.
+    tokenizer = write_stub_tokenizer(tmp_path / "tokenizer.json")
+    served = served_manifest("org/Stub-1B", tokenizer)
+    response = await register_model(any_stack.http, served)
+    assert response.status_code == 201, response.text
+    kept = response.json()["manifest"]
+    assert kept["source"] is None  # the server holds the weights
+    assert kept["served_as"] == "org/Stub-1B"
+    store = any_stack.runtime.settings.resolved_artifact_store
+    digest = served.sources["tokenizer"].sha256
+    assert kept["tokenizer"]["uri"] == (store / "sha256" / digest / "tokenizer.json").as_uri()
+    await eventually(lambda: any_stack.listed("served-org-stub-1b", "1.0.0"))
+    listed = await any_stack.http.get("/v1/models", params={"framework": "endpoint"})
+    assert [m["name"] for m in listed.json()] == ["served-org-stub-1b"]
 
 
 async def test_an_upload_that_is_not_the_file_the_manifest_pins_is_refused_and_not_kept(

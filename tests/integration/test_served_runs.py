@@ -103,9 +103,16 @@ def test_the_open_loop_issues_on_schedule_and_measures_its_own_lag(
     assert failures.get("truncated", 0) > 0 or any(
         later.issued_ns < earlier.token_ns[-1] for earlier, later in itertools.pairwise(by_issue)
     )
-    summary = summarize_generation(record)
+    assert run.native is not None
+    summary = summarize_generation(record, window=run.native.phases[0].window)
     assert summary.client_lag_p99_ms is not None
     assert summary.requests == len(record.requests)
+    # What the client itself cost over the timed phase: 8 requests at 4 a second are nothing
+    # to an event loop.
+    client = summary.client
+    assert client is not None
+    assert client.cpu_per_request_ms > 0
+    assert not client.saturated
 
 
 def test_a_server_that_stops_mid_run_keeps_what_was_measured_and_counts_the_failures(

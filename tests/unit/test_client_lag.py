@@ -7,8 +7,21 @@ from __future__ import annotations
 import pytest
 
 from shared.measurement.generation import judge_served, summarize_generation
-from shared.measurement.lag import LAG_FLOOR_NS, MAX_LAG_FRACTION, judge_lag
-from shared.messages import GeneratedRequest, GenerationRecord, ReasonCode, ServedRun, Severity
+from shared.measurement.lag import (
+    LAG_FLOOR_NS,
+    MAX_LAG_FRACTION,
+    SATURATED_CORES,
+    judge_client,
+    judge_lag,
+)
+from shared.messages import (
+    GeneratedRequest,
+    GenerationRecord,
+    MachineWindow,
+    ReasonCode,
+    ServedRun,
+    Severity,
+)
 
 MS = 1_000_000
 
@@ -124,3 +137,45 @@ def test_streams_that_idle_between_requests_through_the_client_are_condemned() -
     assert late.code is ReasonCode.LOAD_GENERATOR_LATE
     assert "streams idled" in late.message
     assert late.limit == pytest.approx(2.0)  # 5 % of the 40 ms median E2E
+
+
+def _window(own_cpu_s: float, duration_s: float) -> MachineWindow:
+    return MachineWindow(
+        started_at_ns=0,
+        ended_at_ns=int(duration_s * 1e9),
+        duration_ns=int(duration_s * 1e9),
+        cpus=2,
+        own_cpu_s=own_cpu_s,
+    )
+
+
+def test_a_served_run_says_what_its_client_cost_per_request() -> None:
+    # 200 requests over 4 s, the client's process busy 0.1 s of it.
+    record = _open_loop([0.1] * 200, gap_ms=20, ttft_ms=3)
+    summary = summarize_generation(record, window=_window(0.1, 4.0))
+    client = summary.client
+    assert client is not None
+    assert client.cores == pytest.approx(0.025)
+    assert client.cpu_per_request_ms == pytest.approx(0.5)
+    assert not client.saturated
+    assert judge_client(summary) is None
+    # A model run in process has no client apart from the model: its process's CPU is the
+    # model's, so no client cost is claimed for it.
+    in_process = record.model_copy(update={"served": None, "timed": "token"})
+    assert summarize_generation(in_process, window=_window(0.1, 4.0)).client is None
+
+
+def test_a_client_whose_loop_was_saturated_is_named_as_the_limit() -> None:
+    # The schedule was kept (the lag rule passes), yet the client was busy 0.95 of a core.
+    summary = summarize_generation(
+        _open_loop([0.1] * 200, gap_ms=20, ttft_ms=3), window=_window(3.8, 4.0)
+    )
+    assert judge_lag(summary) is None
+    saturated = judge_client(summary)
+    assert saturated is not None
+    assert saturated.code is ReasonCode.CLIENT_SATURATED
+    assert saturated.severity is Severity.WARNING
+    assert saturated.measured == pytest.approx(0.95)
+    assert saturated.limit == SATURATED_CORES
+    assert "the client, not the server, was the limit" in saturated.message
+    assert [r.code for r in judge_served(summary)] == [ReasonCode.CLIENT_SATURATED]

@@ -137,8 +137,8 @@ def test_a_classifier_declares_its_steps_files_and_hints(tmp_path: Path) -> None
         (("[-1, 3]", "[0, 3]"), "inputs.0.shape: Value error, dimensions must be positive"),
         (
             ("name: onnxruntime", "name: caffe"),
-            "framework.name: Input should be 'onnxruntime', 'pytorch', 'tensorflow', 'tensorrt' "
-            "or 'opencl'",
+            "framework.name: Input should be 'onnxruntime', 'pytorch', 'tensorflow', 'tensorrt', "
+            "'opencl' or 'endpoint'",
         ),
         (
             ("name: y,", "name: x,"),

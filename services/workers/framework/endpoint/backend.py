@@ -1,7 +1,8 @@
 """The generation port's adapter for a served model: each request sent to the worker's
 OpenAI-compatible server over HTTP and timed chunk by chunk (``client``).
 
-The server serves a model under the name of its manifest (``smollm2``), whose tokenizer
+The server serves a model under the name of its manifest (``smollm2``), or the one its
+manifest says it is served as (``served_as``, a served model's), whose tokenizer
 counts the tokens on both sides and whose steps make the prompts: the same token ids an
 in-process run of the manifest generates from, sent as their text through the completions
 API, or, for a chat-formatted model, the text as a user message through the chat API (the
@@ -128,8 +129,9 @@ class EndpointBackend:
         streams = scenario.concurrency if one_stream else MAX_IN_FLIGHT
         # The checks, the metrics and the parity tokens go one at a time; the timed requests
         # through the load client, in one event loop (``paced``), each body made here.
-        self._endpoint = connect(self.options, job.manifest.name, api=api)
-        self._load = load_client(self.options, job.manifest.name, api=api, streams=streams)
+        served = job.manifest.served_name
+        self._endpoint = connect(self.options, served, api=api)
+        self._load = load_client(self.options, served, api=api, streams=streams)
         self._prepared = [self._load.prepare(text, self._sampling) for text in self._sent]
 
     def open(self, job: RunEvaluation, inputs: JobInputs) -> None:

@@ -1,0 +1,78 @@
+"""A served model no manifest names, as a user benchmarks one: ``dlscope run --served-model
+NAME --tokenizer FILE --endpoint URL``. Against the ground-truth stub (``harness.openai_stub``,
+which serves a model named ``stub``): the run completes with every token counted by the
+tokenizer given, the requests ask the server for its own name, the manifest dlscope wrote is
+registered so the run repeats by that name, and a sweep takes the same options."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dlscope.cli.outcome import COMPLETED
+from harness.openai_stub import MODEL, StubTiming, openai_stub, stub_stats
+from harness.stub_tokenizer import write_stub_tokenizer
+from tests.e2e.test_cli import dlscope
+
+pytestmark = pytest.mark.e2e
+
+TOKENS = 8
+RUN = ("-n", "6", "--min-duration", "0", "--max-new-tokens", str(TOKENS))
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[str]:
+    with openai_stub(StubTiming(ttft_ms=20, itl_ms=2)) as (url, _):
+        yield url
+
+
+def test_a_served_model_is_benchmarked_by_its_servers_name_and_repeats_by_its_own(
+    stub: str, tmp_path: Path
+) -> None:
+    tokenizer = write_stub_tokenizer(tmp_path / "tokenizer.json")
+    asked = ("--served-model", MODEL, "--tokenizer", str(tokenizer), "--endpoint", stub)
+    stub_stats(stub, reset=True)
+    first = dlscope(tmp_path, "run", *asked, *RUN, "--json", str(tmp_path / "first.json"))
+    assert first.returncode in COMPLETED, first.stdout + first.stderr
+    assert "served-stub 1.0.0 on endpoint" in " ".join(first.stdout.split())
+    document = json.loads((tmp_path / "first.json").read_text())
+    evaluation = document["evaluation"]
+    assert (evaluation["model"], evaluation["framework"]) == ("served-stub", "endpoint")
+    generation = evaluation["result"]["generation"]
+    # Every answer read to its end and counted by the tokenizer given: the stub's usage agrees.
+    assert generation["failures"] == {}
+    assert generation["output_tokens_mean"] == TOKENS
+    assert generation["token_count_difference"] == 0
+    assert generation["client"]["cpu_per_request_ms"] > 0
+    measured = document["events"][3]["payload"]
+    assert measured["generation"]["served"]["model"] == MODEL  # asked by the server's name
+    # The warm-up, the parity requests and the timed ones all reached the stub.
+    assert stub_stats(stub)["completed"] >= generation["requests"]
+
+    # The manifest it wrote is registered: the same run by its name, with no --served-model.
+    again = dlscope(
+        tmp_path, "run", "served-stub", "--framework", "endpoint", "--endpoint", stub, *RUN
+    )
+    assert again.returncode in COMPLETED, again.stdout + again.stderr
+    listed = dlscope(tmp_path, "models", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("served-stub") == 1  # registered once, unchanged the second time
+
+
+def test_a_sweep_of_a_served_model_takes_the_same_options(stub: str, tmp_path: Path) -> None:
+    tokenizer = write_stub_tokenizer(tmp_path / "tokenizer.json")
+    swept = dlscope(
+        tmp_path,
+        *("sweep", "--served-model", MODEL, "--tokenizer", str(tokenizer), "--endpoint", stub),
+        *("--levels", "1,4", "-n", "8", "--min-duration", "0", "--max-new-tokens", str(TOKENS)),
+        "--json",
+        str(tmp_path / "sweep.json"),
+    )
+    assert swept.returncode in COMPLETED, swept.stdout + swept.stderr
+    loads = json.loads((tmp_path / "sweep.json").read_text())["loads"]
+    assert sorted(loads) == ["1", "4"]
+    assert {evaluation["model"] for evaluation in loads.values()} == {"served-stub"}
+    assert loads["4"]["request"]["scenario"]["concurrency"] == 4
