@@ -181,6 +181,12 @@ def _load_lines(generation: dict[str, Any]) -> list[str]:
     """How the client kept the load: its own lag (open loop) or delay (closed loops), p50,
     p99 and max; and the steady-state window's figures beside the whole run's above."""
     lines = []
+    if (sampled := generation.get("sampled_requests")) is not None:
+        lines.append(
+            f"token statistics of a uniform sample of {sampled} of the {generation['requests']} "
+            "timed requests (too long a run to keep every token's time); counts, rates and "
+            "goodput of all"
+        )
     if (lag := generation.get("client_lag")) is not None:
         what = (
             "client lag (issue - scheduled time)"

@@ -165,7 +165,7 @@ def _loadgen_summary(
     if measured.generation is not None:
         # LoadGen's server summary states the queries asked for, not those it completed (a
         # run cut at max_duration has fewer): a generation's record has every one.
-        count = len(measured.generation.requests)
+        count = measured.generation.request_count
     # Offline and server report samples/s; single- and multi-stream report queries/s.
     samples = summary.get("samples_per_second") or summary.get("completed_samples_per_second")
     per_query = summary.get("qps_w_loadgen_overhead") or 0.0

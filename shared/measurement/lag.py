@@ -81,7 +81,7 @@ def client_cost(record: GenerationRecord, window: MachineWindow | None) -> Clien
     process's CPU is the model's, or where the phase kept no window."""
     if record.served is None or window is None or window.duration_ns <= 0:
         return None
-    offered = len(record.requests) + sum(record.served.failures.values())
+    offered = record.request_count + sum(record.served.failures.values())
     cores = window.own_cpu_s / window.duration_s
     return ClientCost(
         cpu_s=window.own_cpu_s,
@@ -132,7 +132,7 @@ def _mean_gap_ms(record: GenerationRecord) -> float | None:
     timed requests, those that failed among them."""
     scheduled = [r.scheduled_ns for r in record.requests]
     failed = sum(record.served.failures.values()) if record.served is not None else 0
-    offered = len(scheduled) + failed
+    offered = record.request_count + failed
     if offered < 2 or max(scheduled) <= min(scheduled):
         return None
     return (max(scheduled) - min(scheduled)) / (offered - 1) / 1e6

@@ -159,6 +159,24 @@ class GenerationRecord(BaseModel):
         description="closed loop: per timed request after its stream's first, its issue - "
         "when its stream's previous request was done (the client's own delay)",
     )
+    # A run too long to record every token's time: ``requests`` is a uniform sample of the
+    # timed requests, and these count all of them. None: ``requests`` holds every one.
+    timed_requests: int | None = Field(
+        default=None, ge=1, description="every timed request, where requests is a sample"
+    )
+    output_tokens: int | None = Field(
+        default=None, ge=0, description="every timed request's output tokens, summed"
+    )
+
+    @property
+    def sampled(self) -> bool:
+        """Whether ``requests`` is a sample of the timed requests, not all of them."""
+        return self.timed_requests is not None and self.timed_requests > len(self.requests)
+
+    @property
+    def request_count(self) -> int:
+        """Every timed request, sampled or not."""
+        return self.timed_requests if self.sampled and self.timed_requests else len(self.requests)
 
 
 class Perplexity(BaseModel):
@@ -270,6 +288,12 @@ class GenerationSummary(BaseModel):
     )
     client: ClientCost | None = Field(
         default=None, description="a served model's client: its own CPU over the timed phase"
+    )
+    sampled_requests: int | None = Field(
+        default=None,
+        description="where the run was too long to record every token's time: the token "
+        "statistics are of a uniform sample of this many of the timed requests (counts, "
+        "rates and goodput are of all)",
     )
     steady: SteadyWindow | None = Field(
         default=None,

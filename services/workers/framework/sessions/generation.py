@@ -27,7 +27,7 @@ from services.workers.framework.sessions.measuring import opened
 from services.workers.framework.sessions.prompts import load_prompts, prompt_origin
 from services.workers.framework.sessions.tokens import (
     FINGERPRINT_TOKENS,
-    record,
+    bounded_record,
     tokens_fingerprint,
 )
 from services.workers.handover import JobInputs, Run
@@ -188,23 +188,21 @@ class GenerationSession:
             before_ns = probe_ns()
             timed = self._timed(job, plan, prompts, inputs, load_ns, watch)
             noise = NoiseProbe(before_ns=before_ns, after_ns=probe_ns())
-            generation = backend.attach(
-                record(
-                    timed.requests,
-                    scheduled_ns=timed.scheduled_ns,
-                    duration_ns=timed.duration_ns,
-                    max_new_tokens=job.scenario.max_new_tokens,
-                    ignore_eos=job.scenario.ignore_eos,
-                ).model_copy(
-                    update={
-                        "load": timed.load,
-                        "streams": timed.streams,
-                        "client_delay_ns": timed.delays_ns[-_MAX_DELAYS:],
-                    }
-                ),
-                timed.failed,
+            recorded, lags = bounded_record(
+                timed.requests,
                 timed.lags_ns,
+                scheduled_ns=timed.scheduled_ns,
+                duration_ns=timed.duration_ns,
+                max_new_tokens=job.scenario.max_new_tokens,
+                ignore_eos=job.scenario.ignore_eos,
+                seed=job.scenario.seed,
             )
+            shape = {
+                "load": timed.load,
+                "streams": timed.streams,
+                "client_delay_ns": timed.delays_ns[-_MAX_DELAYS:],
+            }
+            generation = backend.attach(recorded.model_copy(update=shape), timed.failed, lags)
             scored = None if dataset is None else backend.perplexity(dataset, on_step)
             fingerprint = parity or self._parity(job, dataset, prompts)
             tracing = backend.tracing(job, prompts.ids[0], on_step)

@@ -17,11 +17,69 @@ from shared.messages import (
     OutputSample,
 )
 
-__all__ = ["FINGERPRINT_TOKENS", "record", "tokens_fingerprint"]
+__all__ = [
+    "FINGERPRINT_TOKENS",
+    "MAX_RECORDED_TIMES",
+    "bounded_record",
+    "output_tokens",
+    "record",
+    "tokens_fingerprint",
+]
 
 # The parity gate's generation: this many greedy tokens from the first prompt, end of
 # sequence ignored, so every framework is compared on the same number of tokens.
 FINGERPRINT_TOKENS = 16
+# The most token (or chunk) times one record keeps: about 12 MB of the measured event, well
+# inside the bound on a message (DLSCOPE_MAX_MESSAGE_BYTES, 32 MB), whatever the run's length.
+MAX_RECORDED_TIMES = 1_000_000
+
+
+def output_tokens(generated: Generated) -> int:
+    """A request's output tokens as its record counts them (``GeneratedRequest``)."""
+    return max(1, len(generated.tokens)) if generated.chunks else len(generated.token_ns)
+
+
+def bounded_record(
+    generations: Sequence[Generated],
+    lags_ns: Sequence[int],
+    *,
+    scheduled_ns: Sequence[int] | None,
+    duration_ns: int,
+    max_new_tokens: int,
+    ignore_eos: bool,
+    seed: int,
+    max_times: int = MAX_RECORDED_TIMES,
+) -> tuple[GenerationRecord, list[int]]:
+    """The record of the timed requests ``generations`` (``record``) and the lags of those it
+    keeps (``lags_ns``: one per generation, or none). Past ``max_times`` token times in all,
+    it keeps a uniform sample of the requests (seeded, in their order), as many as hold that
+    many times on average, and counts every request and output token apart, so the event
+    stays a size every consumer reads and the rates stay exact."""
+    total_times = sum(len(g.token_ns) for g in generations)
+    kept: Sequence[int]
+    if total_times <= max_times:
+        kept = range(len(generations))
+    else:
+        size = max(1, len(generations) * max_times // total_times)
+        chosen = np.random.default_rng(seed).choice(len(generations), size=size, replace=False)
+        kept = sorted(int(i) for i in chosen)
+    begin_ns = min(scheduled_ns) if scheduled_ns else min(g.issued_ns for g in generations)
+    recorded = record(
+        [generations[i] for i in kept],
+        scheduled_ns=None if scheduled_ns is None else [scheduled_ns[i] for i in kept],
+        duration_ns=duration_ns,
+        max_new_tokens=max_new_tokens,
+        ignore_eos=ignore_eos,
+        begin_ns=begin_ns,
+    )
+    lags = [lags_ns[i] for i in kept] if lags_ns else []
+    if len(kept) == len(generations):
+        return recorded, lags
+    counted = {
+        "timed_requests": len(generations),
+        "output_tokens": sum(output_tokens(g) for g in generations),
+    }
+    return recorded.model_copy(update=counted), lags
 
 
 def record(
@@ -48,7 +106,7 @@ def record(
                 token_ns=[t - begin_ns for t in g.token_ns],
                 input_tokens=g.prompt_tokens,
                 stopped_by="eos" if g.stopped_by == "eos" else "max_new_tokens",
-                counted_tokens=max(1, len(g.tokens)) if g.chunks else None,
+                counted_tokens=output_tokens(g) if g.chunks else None,
                 reported_tokens=g.reported_tokens,
                 reported_input_tokens=g.reported_input_tokens,
                 finish_reason=None if g.finish_reason is None else g.finish_reason[:64],
