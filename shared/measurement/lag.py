@@ -76,17 +76,21 @@ def client_lag(record: GenerationRecord, issue_delays_ns: tuple[int, ...] = ()) 
 
 
 def client_cost(record: GenerationRecord, window: MachineWindow | None) -> ClientCost | None:
-    """A served model's client's own CPU over the timed phase (``window``: the measuring
-    process is the client, the model runs elsewhere); None for a model run in process, whose
-    process's CPU is the model's, or where the phase kept no window."""
+    """A served model's client's own CPU over the timed phase: its event loop's thread, which
+    issued and read every timed request (``window.thread_cpu_s``; the process's figure would
+    count a local server's too); None for a model run in process, whose thread is the
+    model's, or where the phase kept no such window."""
     if record.served is None or window is None or window.duration_ns <= 0:
         return None
+    cpu_s = window.thread_cpu_s
+    if cpu_s is None:
+        return None
     offered = record.request_count + sum(record.served.failures.values())
-    cores = window.own_cpu_s / window.duration_s
+    cores = cpu_s / window.duration_s
     return ClientCost(
-        cpu_s=window.own_cpu_s,
+        cpu_s=cpu_s,
         cores=cores,
-        cpu_per_request_ms=window.own_cpu_s * 1e3 / offered,
+        cpu_per_request_ms=cpu_s * 1e3 / offered,
         saturated=cores >= SATURATED_CORES,
     )
 

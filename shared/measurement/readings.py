@@ -73,6 +73,7 @@ class MachineWatch:
         # The clocks first, at the loop's edge; the slower files after.
         perf_ns = time.perf_counter_ns()
         own_ns = time.process_time_ns()
+        thread_ns = time.thread_time_ns()
         wall_ns = time.time_ns()
         # After the clocks: finding a local server's children walks /proc.
         own_ns += self._measured_cpu_ns()
@@ -91,6 +92,7 @@ class MachineWatch:
             wall_ns=wall_ns,
             perf_ns=perf_ns,
             own_cpu_ns=own_ns,
+            thread_cpu_ns=thread_ns,
             cpus=cpus,
             tick_s=self._tick_s,
             ticks=ticks,

@@ -85,6 +85,9 @@ class Snapshot:
     own_cpu_ns: int  # time.process_time_ns(): every thread of this process
     cpus: tuple[int, ...]  # the CPUs this process may run on
     tick_s: float
+    # time.thread_time_ns() of the thread that took the snapshot: a window begun and ended
+    # on one thread (a served model's event loop) says what that thread itself used.
+    thread_cpu_ns: int | None = None
     ticks: Mapping[int, CpuTicks] | None = None
     load_average: tuple[float, float, float] | None = None
     frequency_mhz: Mapping[int, float] | None = None
@@ -135,6 +138,11 @@ def window_between(before: Snapshot, after: Snapshot) -> MachineWindow:
         duration_ns=max(after.perf_ns - before.perf_ns, 0),
         cpus=max(len(after.cpus), 1),
         own_cpu_s=(after.own_cpu_ns - before.own_cpu_ns) / 1e9,
+        thread_cpu_s=(
+            None
+            if before.thread_cpu_ns is None or after.thread_cpu_ns is None
+            else max(after.thread_cpu_ns - before.thread_cpu_ns, 0) / 1e9
+        ),
         busy_cpu_s=busy,
         steal_s=steal,
         resolution_s=resolution,

@@ -37,7 +37,16 @@ class MachineWindow(BaseModel):
     ended_at_ns: int = Field(description="wall clock as it ended")
     duration_ns: int = Field(ge=0, description="perf_counter time between the snapshots")
     cpus: int = Field(ge=1, description="logical CPUs this process may run on")
-    own_cpu_s: float = Field(description="CPU time of the measuring process, all its threads")
+    own_cpu_s: float = Field(
+        description="CPU time of the measuring process, all its threads (and of a local "
+        "server it measures)"
+    )
+    thread_cpu_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="CPU time of the thread that began and ended the window: a served "
+        "model's client, whose requests are issued and read from one event loop",
+    )
     busy_cpu_s: float | None = Field(
         default=None, description="busy time of those CPUs (/proc/stat), everyone's"
     )

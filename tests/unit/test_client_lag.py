@@ -139,13 +139,15 @@ def test_streams_that_idle_between_requests_through_the_client_are_condemned() -
     assert late.limit == pytest.approx(2.0)  # 5 % of the 40 ms median E2E
 
 
-def _window(own_cpu_s: float, duration_s: float) -> MachineWindow:
+def _window(loop_cpu_s: float, duration_s: float) -> MachineWindow:
+    # The process's figure counts a local server's CPU too: the client's is its loop's.
     return MachineWindow(
         started_at_ns=0,
         ended_at_ns=int(duration_s * 1e9),
         duration_ns=int(duration_s * 1e9),
         cpus=2,
-        own_cpu_s=own_cpu_s,
+        own_cpu_s=loop_cpu_s + 1.5 * duration_s,
+        thread_cpu_s=loop_cpu_s,
     )
 
 
@@ -163,6 +165,9 @@ def test_a_served_run_says_what_its_client_cost_per_request() -> None:
     # model's, so no client cost is claimed for it.
     in_process = record.model_copy(update={"served": None, "timed": "token"})
     assert summarize_generation(in_process, window=_window(0.1, 4.0)).client is None
+    # A window that kept no thread's figure (an event recorded before it did) claims none.
+    old = _window(0.1, 4.0).model_copy(update={"thread_cpu_s": None})
+    assert summarize_generation(record, window=old).client is None
 
 
 def test_a_client_whose_loop_was_saturated_is_named_as_the_limit() -> None:
