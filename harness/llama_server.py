@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 
-from dlscope.zoo import smollm
 from shared.config import REPOSITORY_ROOT
 
 __all__ = [
@@ -46,6 +45,10 @@ def free_port() -> int:
 def llama_server(log: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """llama.cpp's server on a free port, answering to the key ``KEY``; its API root and its
     process."""
+    # Imported here: the zoo brings torch, which what only imports this module (a benchmark's
+    # child measuring its own memory) does not need.
+    from dlscope.zoo import smollm
+
     port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
