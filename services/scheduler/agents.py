@@ -83,7 +83,8 @@ class AgentDirectory:
 
     def excuse(self, now: float) -> None:
         """This scheduler could hear no one until ``now`` (its own link to the broker was
-        down): every agent's silence counts from ``now``, not from its last heartbeat."""
+        down; ``now`` may be later than the clock, to give agents time to be heard again):
+        every agent's silence counts from ``now``, not from its last heartbeat."""
         for agent_id, agent in self._agents.items():
             if not agent.departed and agent.last_seen < now:
                 self._agents[agent_id] = replace(agent, last_seen=now)

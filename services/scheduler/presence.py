@@ -89,12 +89,23 @@ class Presence:
         """Declare offline, once, every agent that missed its heartbeats."""
         # Twice per heartbeat: an agent is declared at most half an interval late.
         period = self.settings.heartbeat_interval_s / 2
+        skipped = False
         while True:
+            asked = time.monotonic()
             await asyncio.sleep(period)
             if not self.bus.is_connected:
                 self._deaf = True
                 continue
             await self.hearing_again()
+            # Woken a heartbeat late, this process was held up (a starved CPU, a long pause):
+            # the heartbeats that came meanwhile may wait unread behind this turn, so an
+            # agent's silence may be this scheduler's deafness. One turn waits for them; never
+            # two in a row, so a scheduler always late still declares.
+            late = time.monotonic() - asked - period > self.settings.heartbeat_interval_s
+            if late and not skipped:
+                skipped = True
+                continue
+            skipped = False
             try:
                 await self._declare_lapsed()
             except Exception as exc:  # a broker outage must not end the sweeping
@@ -109,7 +120,11 @@ class Presence:
         if not self._deaf:
             return
         self._deaf = False
-        self.agents.excuse(time.monotonic())
+        # The agents reconnect on their own schedule, each perhaps a reconnect interval and
+        # a heartbeat after this scheduler, later still on a loaded host: their silence
+        # counts from one whole grace period from now.
+        grace = self.agents.missed_heartbeats * self.settings.heartbeat_interval_s
+        self.agents.excuse(time.monotonic() + grace)
         try:
             await self.discover()
         except Exception as exc:
