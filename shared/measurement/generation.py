@@ -96,9 +96,8 @@ def summarize_generation(
     met = _met_bounds(requests, ttft, e2e, (ttft_bound_ms, tpot_bound_ms, e2e_bound_ms))
     # A sampled record (a run too long to keep every token's time): the statistics are the
     # sample's, the counts and rates every request's, goodput the sample's share met of all.
-    counted = record.request_count if record.sampled else None
-    timed = record.request_count
-    if counted is not None and record.output_tokens is not None:
+    sampled, timed = record.sampled, record.request_count
+    if sampled and record.output_tokens is not None:
         output_tokens = record.output_tokens
     met_share = None if met is None else met / len(requests)
     served = record.served
@@ -111,7 +110,7 @@ def summarize_generation(
         client_lag_p99_ms=None if lag is None else lag.p99_ms,
         client_lag=lag,
         client=client_cost(record, window),
-        sampled_requests=len(requests) if counted is not None else None,
+        sampled_requests=len(requests) if sampled else None,
         requests=timed,
         goodput_per_s=None if met_share is None else met_share * timed / (duration / 1e9),
         input_tokens_mean=float(np.mean([r.input_tokens for r in requests])),
@@ -123,7 +122,7 @@ def summarize_generation(
         output_tokens_per_s=output_tokens / (duration / 1e9),
         requests_per_s=timed / (duration / 1e9),
         # The window is where every stream had a request in flight: a sample cannot say.
-        steady=None if counted is not None else steady_window(record, stats),
+        steady=None if sampled else steady_window(record, stats),
     )
 
 

@@ -50,9 +50,8 @@ __all__ = [
 
 LAG_FLOOR_NS = 1_000_000
 # A served model's client issues and reads every request from one event loop, on one thread:
-# busy this share of a core or more over the timed phase, it had no time left to be on time,
-# and what limited the run may have been the client rather than the server. (Its process's
-# other threads add little: the loop does the work.)
+# that thread busy this share of a core or more over the timed phase had no time left to be
+# on time, and what limited the run may have been the client rather than the server.
 SATURATED_CORES = 0.9
 MAX_LAG_FRACTION = 0.05
 MAX_LAG_GAP_FRACTION = 0.25
@@ -82,8 +81,7 @@ def client_cost(record: GenerationRecord, window: MachineWindow | None) -> Clien
     model's, or where the phase kept no such window."""
     if record.served is None or window is None or window.duration_ns <= 0:
         return None
-    cpu_s = window.thread_cpu_s
-    if cpu_s is None:
+    if (cpu_s := window.thread_cpu_s) is None:
         return None
     offered = record.request_count + sum(record.served.failures.values())
     cores = cpu_s / window.duration_s

@@ -63,14 +63,13 @@ def bounded_record(
         size = max(1, len(generations) * max_times // total_times)
         chosen = np.random.default_rng(seed).choice(len(generations), size=size, replace=False)
         kept = sorted(int(i) for i in chosen)
-    begin_ns = min(scheduled_ns) if scheduled_ns else min(g.issued_ns for g in generations)
     recorded = record(
         [generations[i] for i in kept],
         scheduled_ns=None if scheduled_ns is None else [scheduled_ns[i] for i in kept],
         duration_ns=duration_ns,
         max_new_tokens=max_new_tokens,
         ignore_eos=ignore_eos,
-        begin_ns=begin_ns,
+        begin_ns=_begin_ns(generations, scheduled_ns),  # every request's, not the sample's
     )
     lags = [lags_ns[i] for i in kept] if lags_ns else []
     if len(kept) == len(generations):
@@ -80,6 +79,11 @@ def bounded_record(
         "output_tokens": sum(output_tokens(g) for g in generations),
     }
     return recorded.model_copy(update=counted), lags
+
+
+def _begin_ns(generations: Sequence[Generated], scheduled_ns: Sequence[int] | None) -> int:
+    """When the timed requests began: the first scheduled time, else the first issue."""
+    return min(scheduled_ns) if scheduled_ns else min(g.issued_ns for g in generations)
 
 
 def record(
@@ -95,7 +99,7 @@ def record(
     timed phase's start; by default the first scheduled time); each scheduled when it was
     issued unless ``scheduled_ns`` says."""
     if begin_ns is None:
-        begin_ns = min(scheduled_ns) if scheduled_ns else min(g.issued_ns for g in generations)
+        begin_ns = _begin_ns(generations, scheduled_ns)
     requests = []
     for i, g in enumerate(generations):
         scheduled = g.issued_ns if scheduled_ns is None else scheduled_ns[i]
