@@ -24,6 +24,8 @@ from tests.integration.conftest import Stack
 QUIET = {"iterations": 64, "min_duration_s": 2, "max_duration_s": 30}
 HOGGED = {"iterations": 64, "min_duration_s": 4, "max_duration_s": 30}
 HOG = "while True: pass"
+# What a run's surroundings, not the run, are judged for.
+SURROUNDINGS = {"other_processes_used_cpu", "noise_probe_shifted"}
 
 
 def codes(result: dict[str, Any]) -> set[str]:
@@ -38,15 +40,16 @@ async def test_a_quiet_run_is_valid_and_says_what_it_cost(any_stack: Stack) -> N
     # A quiet run starts on a quiet machine: the tests before this one leave the database and
     # the broker housekeeping to finish (e.g. a vacuum, deleted queues), which the verdict
     # rightly counts against the run. Housekeeping can also start inside the window (it is
-    # not ours to schedule): a run judged disturbed by other processes alone is run once
-    # more, from a quiet machine again, and that one must be VALID.
+    # not ours to schedule), or the shared VM's host can change its speed between the two
+    # noise probes: a run judged disturbed by its surroundings alone is run once more, from
+    # a quiet machine again, and that one must be VALID.
     seen = []
     for _ in range(2):
         busy = await asyncio.to_thread(wait_until_quiet, patience_s=120)
         evaluation = await quiet_run(any_stack)
         result = evaluation["result"]
         seen.append((busy, result["verdict"]["reasons"]))
-        if result["verdict"]["status"] == "VALID" or codes(result) != {"other_processes_used_cpu"}:
+        if result["verdict"]["status"] == "VALID" or not codes(result) <= SURROUNDINGS:
             break
     assert result["verdict"]["status"] == "VALID", seen
     machine = result["machine"]

@@ -171,8 +171,15 @@ def test_the_noise_probe_reason_says_both_times() -> None:
     (reason,) = judge(result(SingleStream(), phase(window())), noise=probe).errors
     assert reason.message.startswith(
         "the noise probe took 3.840 ms after the timed queries and 2.400 ms before the warm-up "
-        "(+60%; at most ±50%)"
+        "(the slower 60% over the faster; at most 50%)"
     )
+
+
+def test_a_probe_faster_after_the_run_states_the_spread_the_limit_is_on() -> None:
+    # 0.380 ms before, 0.244 ms after: the slower is 56% over the faster, past the half.
+    probe = NoiseProbe(before_ns=380_000, after_ns=244_000)
+    (reason,) = judge(result(SingleStream(), phase(window())), noise=probe).errors
+    assert "(the slower 56% over the faster; at most 50%)" in reason.message
 
 
 def test_the_thresholds_can_be_set() -> None:
