@@ -25,12 +25,14 @@ from dlscope.cli.scenario_options import (
     Concurrency,
     DriverOpt,
     E2eBound,
+    InputTokens,
     Iterations,
     LatencyBound,
     MaxDuration,
     MaxNewTokens,
     MinDuration,
     Natural,
+    OutputTokens,
     Qps,
     SamplesPerQuery,
     ScenarioOpt,
@@ -138,6 +140,8 @@ class EvaluationOptions:
     adaptive: Adaptive = None
     seed: Seed = 0
     max_new_tokens: MaxNewTokens = None
+    input_tokens: InputTokens = None
+    output_tokens: OutputTokens = None
     natural: Natural = False
     ttft_bound: TtftBound = None
     tpot_bound: TpotBound = None

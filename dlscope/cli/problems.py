@@ -25,6 +25,8 @@ SCENARIO_OPTIONS = {
     "adaptive_half_width": "--adaptive",
     "seed": "--seed",
     "max_new_tokens": "--max-new-tokens",
+    "input_tokens": "--input-tokens",
+    "output_tokens": "--output-tokens",
     "ignore_eos": "--natural",
     "ttft_bound_ms": "--ttft-bound",
     "tpot_bound_ms": "--tpot-bound",

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from dlscope.cli.problems import SCENARIO_OPTIONS, problems
 from dlscope.cli.terminal import fail
 from shared.messages import SCENARIOS, Scenario
+from shared.messages.lengths import parse_lengths
 
 __all__ = [
     "Adaptive",
@@ -25,12 +26,14 @@ __all__ = [
     "Concurrency",
     "DriverOpt",
     "E2eBound",
+    "InputTokens",
     "Iterations",
     "LatencyBound",
     "MaxDuration",
     "MaxNewTokens",
     "MinDuration",
     "Natural",
+    "OutputTokens",
     "Qps",
     "SamplesPerQuery",
     "ScenarioOpt",
@@ -97,6 +100,22 @@ Adaptive = Annotated[
 MaxNewTokens = Annotated[
     int | None, _text_generation("--max-new-tokens", "tokens per request (default 32)")
 ]
+InputTokens = Annotated[
+    str | None,
+    _text_generation(
+        "--input-tokens",
+        "synthetic prompts of lengths drawn from N, uniform:MIN-MAX or normal:MEAN,STDDEV"
+        "[,MIN-MAX] (the tokenizer's tokens, seeded by --seed)",
+    ),
+]
+OutputTokens = Annotated[
+    str | None,
+    _text_generation(
+        "--output-tokens",
+        "each prompt's output length drawn from N, uniform:MIN-MAX or "
+        "normal:MEAN,STDDEV[,MIN-MAX] (instead of --max-new-tokens)",
+    ),
+]
 Natural = Annotated[
     bool,
     _text_generation(
@@ -161,6 +180,13 @@ def wire_scenario(options: Mapping[str, Any]) -> dict[str, Any]:
         "temperature": options["temperature"],
         "top_k": options["top_k"],
     }
+    for option, field in (("input_tokens", "--input-tokens"), ("output_tokens", "--output-tokens")):
+        text = options[option]
+        if text is not None:
+            try:
+                given[option] = parse_lengths(text).model_dump(mode="json")
+            except ValueError as exc:
+                raise fail(f"{field} {exc}", 2) from None
     batch_sizes = options["batch_sizes"]
     if batch_sizes is not None:
         try:

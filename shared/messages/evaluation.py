@@ -127,6 +127,16 @@ class EvaluationRequested(Payload):
         "device (a contention study); the result is labelled measured_under_contention",
     )
 
+    @model_validator(mode="after")
+    def _prompts_from_one_place(self) -> Self:
+        # Refused here, so a request never waits in a queue to fail on it.
+        if self.dataset is not None and self.scenario.input_tokens is not None:
+            raise ValueError(
+                f"scenario.input_tokens makes synthetic prompts, and dataset {self.dataset!r} "
+                "gives its own: leave one of them out"
+            )
+        return self
+
 
 class EvaluationScheduled(Payload):
     TYPE = "evaluation.scheduled"

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, StrictInt, model_validator
 
 from shared.inputs import BOUNDED
 from shared.messages import plans
+from shared.messages.lengths import TokenLengths
 
 __all__ = ["DRIVERS", "SCENARIOS", "Driver", "Scenario", "ScenarioName"]
 
@@ -110,7 +111,21 @@ class Scenario(BaseModel):
         default=32,
         ge=1,
         le=_MAX_NEW_TOKENS,
-        description="text generation: the most tokens one request generates",
+        description="text generation: the most tokens one request generates (with "
+        "output_tokens, each request's own length is drawn instead)",
+    )
+    # A workload as the field's load tools define one: each request row's prompt and output
+    # lengths drawn from distributions, seeded by seed, and recorded here, so it replays.
+    input_tokens: TokenLengths | None = Field(
+        default=None,
+        description="text generation without a data set: synthetic prompts, each of a length "
+        "in the tokenizer's tokens drawn from this (512 of them, requests take them in "
+        "turn); None: 32 prompts of 64 words",
+    )
+    output_tokens: TokenLengths | None = Field(
+        default=None,
+        description="text generation: each prompt's output length drawn from this, seeded "
+        "(pinned with ignore_eos, at most with it off); None: max_new_tokens for every one",
     )
     ignore_eos: bool = Field(
         strict=True,
@@ -201,6 +216,11 @@ class Scenario(BaseModel):
                 return f"batch sizes must be >= 1, got {list(self.batch_sizes)}"
             if len(set(self.batch_sizes)) != len(self.batch_sizes):
                 return f"batch sizes repeat: {list(self.batch_sizes)}"
+        if self.output_tokens is not None and self.output_tokens.longest > _MAX_NEW_TOKENS:
+            return (
+                f"output_tokens: at most {_MAX_NEW_TOKENS} tokens a request, and "
+                f"{self.output_tokens} asks up to {self.output_tokens.longest}"
+            )
         if self.top_k is not None and self.temperature == 0:
             return "top_k: it applies when sampling: give a temperature above 0"
         if self.concurrency != 1 and self.name != "single-stream":
@@ -209,6 +229,12 @@ class Scenario(BaseModel):
             # Accepting it and measuring a fixed count would change the headline unannounced.
             return self._no_adaptive_stop
         return None
+
+    @property
+    def longest_output(self) -> int:
+        """The most tokens any one request may generate: what a context must leave room
+        for."""
+        return self.max_new_tokens if self.output_tokens is None else self.output_tokens.longest
 
     @property
     def stops_adaptively(self) -> bool:

@@ -27,6 +27,7 @@ __all__ = [
     "load_tokenizer",
     "render_chat",
     "synthetic_texts",
+    "synthetic_texts_of",
     "tokenize",
     "vocabulary_size",
 ]
@@ -99,6 +100,38 @@ def synthetic_texts(tokenizer: Tokenizer, count: int, words: int, *, seed: int) 
     (whole alphabetic words only, no special or continuation tokens): for a text model what
     random pixels are for an image model, each long enough to fill a ``max_length`` of
     ``words`` tokens."""
+    vocabulary = _plain_words(tokenizer)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(vocabulary), size=(count, words))
+    return [" ".join(vocabulary[i] for i in row) for row in picks]
+
+
+def synthetic_texts_of(tokenizer: Tokenizer, lengths: Sequence[int], *, seed: int) -> list[str]:
+    """Seeded texts of the tokenizer's words, each of ``lengths[i]`` tokens by that
+    tokenizer: a longer text's first tokens, decoded (a cut between whole words, so encoding
+    the text again gives those tokens)."""
+    vocabulary = _plain_words(tokenizer)
+    rng = np.random.default_rng([seed, _LENGTHS_STREAM])
+    texts = []
+    for length in lengths:
+        words = length
+        while True:  # a word is a token or more: a few more words than tokens suffice
+            picks = rng.integers(0, len(vocabulary), size=words + 8)
+            ids = tokenizer.encode(
+                " ".join(vocabulary[i] for i in picks), add_special_tokens=False
+            ).ids
+            if len(ids) >= length:
+                break
+            words *= 2
+        texts.append(tokenizer.decode(ids[:length], skip_special_tokens=False))
+    return texts
+
+
+# Texts of given lengths draw from a generator of their own: not synthetic_texts' words.
+_LENGTHS_STREAM = 7
+
+
+def _plain_words(tokenizer: Tokenizer) -> list[str]:
     vocabulary = sorted(
         token
         for token in tokenizer.get_vocab(with_added_tokens=False)
@@ -106,9 +139,7 @@ def synthetic_texts(tokenizer: Tokenizer, count: int, words: int, *, seed: int) 
     )
     if not vocabulary:
         raise ProcessingError("the tokenizer's vocabulary has no plain words to make text from")
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(vocabulary), size=(count, words))
-    return [" ".join(vocabulary[i] for i in row) for row in picks]
+    return vocabulary
 
 
 @functools.lru_cache(maxsize=8)

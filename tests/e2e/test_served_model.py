@@ -15,6 +15,8 @@ import pytest
 from dlscope.cli.outcome import COMPLETED
 from harness.openai_stub import MODEL, StubTiming, openai_stub, stub_stats
 from harness.stub_tokenizer import write_stub_tokenizer
+from shared.measurement.workload import WORKLOAD_ROWS, draw_lengths
+from shared.messages.lengths import parse_lengths
 from tests.e2e.test_cli import dlscope
 
 pytestmark = pytest.mark.e2e
@@ -76,3 +78,45 @@ def test_a_sweep_of_a_served_model_takes_the_same_options(stub: str, tmp_path: P
     assert sorted(loads) == ["1", "4"]
     assert {evaluation["model"] for evaluation in loads.values()} == {"served-stub"}
     assert loads["4"]["request"]["scenario"]["concurrency"] == 4
+
+
+def test_a_workload_of_drawn_lengths_asks_each_request_for_its_own(
+    stub: str, tmp_path: Path
+) -> None:
+    # Synthetic prompts and outputs of seeded lengths, as the field's load tools make them:
+    # each timed request is one row's prompt, answered with exactly that row's output length.
+    tokenizer = write_stub_tokenizer(tmp_path / "tokenizer.json")
+    asked = ("--served-model", MODEL, "--tokenizer", str(tokenizer), "--endpoint", stub)
+    workload = ("--input-tokens", "uniform:4-40", "--output-tokens", "normal:8,3,2-14")
+    run = dlscope(
+        tmp_path,
+        *("run", *asked, *workload, "-n", "24", "--min-duration", "0", "--seed", "5"),
+        "--json",
+        str(tmp_path / "run.json"),
+    )
+    assert run.returncode in COMPLETED, run.stdout + run.stderr
+    document = json.loads((tmp_path / "run.json").read_text())
+    scenario = document["evaluation"]["request"]["scenario"]
+    assert scenario["output_tokens"] == {
+        "distribution": "normal",
+        "mean": 8,
+        "stddev": 3.0,
+        "min": 2,
+        "max": 14,
+    }  # recorded in the evaluation, so it replays
+    assert document["evaluation"]["result"]["generation"]["failures"] == {}  # none short
+    rows = list(
+        zip(
+            draw_lengths(parse_lengths("uniform:4-40"), WORKLOAD_ROWS, seed=5, purpose="input"),
+            draw_lengths(parse_lengths("normal:8,3,2-14"), WORKLOAD_ROWS, seed=5, purpose="output"),
+            strict=True,
+        )
+    )
+    requests = document["events"][3]["payload"]["generation"]["requests"]
+    timed = [(r["input_tokens"], r["counted_tokens"]) for r in requests]
+    assert len(timed) >= 24
+    # The requests take the rows in turn, from wherever the warm-up left off.
+    start = rows.index(timed[0])
+    assert timed == [rows[(start + i) % len(rows)] for i in range(len(timed))]
+    assert len({out for _, out in timed}) > 3
+    assert len({inp for inp, _ in timed}) > 3

@@ -115,6 +115,7 @@ async def _pages(home: Path, served_at: str) -> None:
                     await _read_the_page(Browser(browser, base), in_process)
                     await _read_the_served_page(Browser(browser, base), served)
                     await _read_the_loadgen_page(Browser(browser, base), by_loadgen)
+                    await _launch_a_drawn_workload(Browser(browser, base))
                 finally:
                     await browser.close()
     finally:
@@ -177,5 +178,47 @@ async def _read_the_loadgen_page(chromium: Browser, evaluation_id: str) -> None:
     assert await tokens.locator("div.vega").count() == 2
     await charts_drawn(page)
     await shot(page, "evaluation-tokens-loadgen")
+    assert chromium.errors == []
+    assert chromium.violations == []
+
+
+async def _launch_a_drawn_workload(chromium: Browser) -> None:
+    # The launch form's text-generation fields, shown for a language model: a bad length
+    # distribution is refused at its field before anything is sent; a good one launches, and
+    # the result says the workload it ran.
+    page = await chromium.page()
+    await page.goto("/launch")
+    await page.select_option("#model", "smollm2")
+    assert await page.locator("#generation").is_visible()
+    await page.uncheck("#fw-all")
+    await page.check("input[name=framework][value=onnxruntime]")
+    await page.fill("#iterations", "6")
+    await page.fill("#warmup", "2")
+    await page.fill("#min_duration_s", "0")
+    await page.fill("#output_tokens", "uniform:5-2")
+    await page.click("#submit")
+    error = page.locator('[data-loc="scenario.output_tokens"] .error-text')
+    await error.wait_for(timeout=30_000)  # the API's 422: min exceeds max
+    assert "min (5) exceeds max (2)" in await error.inner_text()
+    assert await page.locator("#progress").is_hidden()
+    expected = f"{page.url}: Failed to load resource: the server responded with a status of 422"
+    chromium.errors[:] = [e for e in chromium.errors if not e.startswith(expected)]
+    await page.fill("#output_tokens", "uniform:2 to 5")
+    await page.click("#submit")
+    local = page.locator('[data-loc="scenario.output_tokens"] .error-text')
+    await local.wait_for(timeout=10_000)
+    assert "not a length distribution" in await local.inner_text()
+    await page.fill("#output_tokens", "uniform:2-5")
+    await page.fill("#input_tokens", "12")
+    await shot(page, "launch-generation")
+    await page.click("#submit")
+    link = page.locator("#progress-link")
+    await link.wait_for(state="visible", timeout=240_000)
+    assert await page.locator("#progress-status").inner_text() == "completed"
+    await link.click()
+    about = page.locator("section", has=page.locator("h2", has_text="What ran"))
+    await about.wait_for()
+    text = " ".join((await about.inner_text()).split())
+    assert "prompts of 12, outputs of uniform 2-5 tokens, seeded" in text
     assert chromium.errors == []
     assert chromium.violations == []

@@ -30,7 +30,7 @@ def _options(command: str) -> set[str]:
 def test_the_three_commands_take_every_evaluation_option() -> None:
     evaluation = {field.name for field in dataclasses.fields(EvaluationOptions)}
     comparison = {field.name for field in dataclasses.fields(ComparisonOptions)}
-    assert len(evaluation) == 30  # --e2e-bound joined the token bounds
+    assert len(evaluation) == 32  # --input-tokens and --output-tokens joined the workload
     for command in COMMANDS:
         assert evaluation <= _options(command), command
     # Only the commands that can start an experiment compare its members.
@@ -49,6 +49,12 @@ def test_the_three_commands_take_every_evaluation_option() -> None:
         (["-f", "caffe"], "unknown framework 'caffe'"),
         (["--trace-level", "kernels"], "--trace-level must be one of"),
         (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1, got 0"),
+        (["--output-tokens", "lots"], "--output-tokens 'lots' is not a length distribution"),
+        (["--input-tokens", "uniform:9-3"], "--input-tokens 'uniform:9-3': uniform lengths: min"),
+        (
+            ["--output-tokens", "40000"],
+            "--output-tokens: at most 32768 tokens a request, and 40000 asks",
+        ),
     ],
 )
 def test_a_bad_option_is_refused_the_same_way_by_each_command(

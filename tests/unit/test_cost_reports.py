@@ -95,3 +95,22 @@ def test_a_gpu_runs_device_memory_is_in_every_report() -> None:
         report_markdown(document)
     )
     assert "1,536 MiB held by the framework process on the GPU" in report_html(document)
+
+
+def test_a_drawn_workload_is_said_where_the_report_says_what_ran() -> None:
+    summary = summarize(measured(window(own_cpu_s=3.6), JobReadings()))
+    scenario = {
+        "input_tokens": {"distribution": "uniform", "min": 16, "max": 96},
+        "output_tokens": {"distribution": "normal", "mean": 24, "stddev": 8.0, "min": 1},
+    }
+    asked = view("completed", result=summary, request={"scenario": scenario})
+    document = ReportDocument(
+        experiments=[],
+        evaluations=[
+            EvaluationDocument(view=asked, trace_url="http://jaeger/t", figures=None, events=[])
+        ],
+        notes=[],
+        not_found=[],
+    )
+    html = report_html(document)
+    assert "prompts of uniform 16-96, outputs of normal 24±8 in 1-56 tokens, seeded" in html

@@ -595,3 +595,17 @@ def test_offline_and_multi_stream_generations_batch_where_the_graph_takes_a_mask
     job.scenario = Scenario(name="multi-stream", samples_per_query=3, driver="loadgen")
     with pytest.raises(PredictorError, match="multi-stream generation runs on dlscope's driver"):
         generation_plan(job)  # type: ignore[arg-type]
+
+
+def test_each_prompt_generates_its_own_length_alone_and_in_a_batch() -> None:
+    # A drawn workload: every request pinned at its own row's length, wherever it runs.
+    generator = Generator(MASKED, MaskedModel(), max_new_tokens=2, ignore_eos=True)
+    asked = [np.asarray([ids], dtype=np.int64) for ids in ([3, 4, 5], [1], [6, 7])]
+    lengths = [4, 1, 3]
+    together = generator.generate_batch(asked, lengths)
+    alone = [generator.generate(p, length=n).tokens for p, n in zip(asked, lengths, strict=True)]
+    assert [g.tokens for g in together] == alone == [[6, 7, 8, 9], [2], [8, 9, 0]]
+    assert [g.stopped_by for g in together] == ["max_new_tokens"] * 3
+    assert [len(g.token_ns) for g in together] == lengths
+    # Without lengths, max_new_tokens bounds each, as before.
+    assert [len(g.tokens) for g in generator.generate_batch(asked)] == [2, 2, 2]

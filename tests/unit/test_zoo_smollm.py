@@ -3,6 +3,7 @@ ONNX Runtime and TorchScript, and the tokenizer rebuilt from the file."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,62 @@ def test_the_opencl_engine_refuses_the_graph_naming_what_it_lacks(
     with pytest.raises(PredictorError, match=r"does not support \d+ operator type\(s\)") as caught:
         prepare(load_graph(Path(built["onnxruntime"].source.uri)))
     assert "ReduceMean" in str(caught.value)  # RMSNorm's
+
+
+def test_a_drawn_workload_runs_in_process_each_prompt_at_its_own_lengths(
+    built: dict[str, ModelManifest], tmp_path: Path
+) -> None:
+    # The workload's rows are the same wherever the model runs: here offline batches of
+    # four, each row stopping at its own drawn output length, its prompt of its drawn length.
+    from services.workers.framework.frameworks import framework_for
+    from services.workers.framework.generator import InProcessBackend
+    from services.workers.framework.sessions import GenerationSession
+    from services.workers.handover import JobInputs
+    from shared.measurement.workload import WORKLOAD_ROWS, draw_lengths
+    from shared.messages import RunEvaluation, Scenario
+    from shared.messages.lengths import parse_lengths
+
+    manifest = built["onnxruntime"]
+    assert manifest.tokenizer is not None
+    scenario = {
+        "name": "offline",
+        "batch_size": 4,
+        "iterations": 8,
+        "warmup": 0,
+        "min_duration_s": 0,
+        # Wide enough that a request matching a row by chance is unlikely: ~990 pairs, 512 rows.
+        "input_tokens": parse_lengths("uniform:3-200").model_dump(),
+        "output_tokens": parse_lengths("uniform:1-5").model_dump(),
+    }
+    job = RunEvaluation(
+        evaluation_id=uuid.uuid4(),
+        manifest=manifest,
+        framework="onnxruntime",
+        framework_version="*",
+        hardware="cpu",
+        scenario=Scenario.model_validate(scenario),
+    )
+    backend = InProcessBackend(framework_for("onnxruntime").create())
+    inputs = JobInputs(
+        model=Path(manifest.source.uri),
+        results_dir=tmp_path,
+        tokenizer=Path(manifest.tokenizer.uri),
+    )
+    run = GenerationSession(backend).measure(job, inputs)
+    assert run.generation is not None
+    rows = set(
+        zip(
+            draw_lengths(parse_lengths("uniform:3-200"), WORKLOAD_ROWS, seed=0, purpose="input"),
+            draw_lengths(parse_lengths("uniform:1-5"), WORKLOAD_ROWS, seed=0, purpose="output"),
+            strict=True,
+        )
+    )
+    requests = run.generation.requests
+    assert len(requests) >= 8
+    assert len({len(r.token_ns) for r in requests}) > 1
+    # Each request is one row, at that row's prompt and output lengths; the model's steps (its
+    # chat template) add the same tokens to every prompt.
+    adds = {r.input_tokens - n for r in requests[:1] for n, _ in rows}
+    assert any(
+        all((r.input_tokens - add, len(r.token_ns)) in rows for r in requests) for add in adds
+    )

@@ -19,9 +19,11 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
+from pydantic import TypeAdapter, ValidationError
 
 from services.gateway.ui.charts import Spec
 from services.gateway.ui.escaping import script_json
+from shared.messages.lengths import TokenLengths
 
 __all__ = [
     "NONE",
@@ -57,9 +59,19 @@ def _environment() -> Environment:
         pct=format_percent,
         when=format_when,
         bytes=format_bytes,
+        lengths=format_lengths,
         script_json=script_json,
     )
     return environment
+
+
+def format_lengths(asked: object) -> str:
+    """A workload's length distribution as the scenario holds it, in the CLI's words
+    (``uniform 64-192``); what is not one is shown as not there."""
+    try:
+        return str(TypeAdapter(TokenLengths).validate_python(asked))
+    except ValidationError:
+        return NONE
 
 
 def render(template: str, **context: Any) -> str:

@@ -137,11 +137,18 @@ class Generated:
 @dataclass(frozen=True)
 class Prompts:
     """What a generative job's requests take in turn: each text, the token ids the model's
-    ``input_ids`` steps make of it ([1, n] each), and the tokenizer that made them."""
+    ``input_ids`` steps make of it ([1, n] each), the tokenizer that made them, and each
+    one's output length where the scenario draws them (``output_tokens``; None: every
+    request generates up to ``max_new_tokens``)."""
 
     texts: Sequence[object]
     ids: Sequence[np.ndarray]
     tokenizer: Tokenizer
+    output_tokens: Sequence[int] | None = None
+
+    def output_length(self, index: int, max_new_tokens: int) -> int:
+        """How many tokens request ``index`` asks for."""
+        return max_new_tokens if self.output_tokens is None else self.output_tokens[index]
 
 
 class GenerationBackend(Protocol):

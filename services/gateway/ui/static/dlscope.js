@@ -126,6 +126,13 @@
       }
     }
 
+    function refreshTask() {
+      // A language model's fields only for a language model: the others would be ignored.
+      const model = catalog.models[$("model").value];
+      const task = (model && model.task) || "";
+      for (const set of form.querySelectorAll("[data-task]")) set.hidden = set.dataset.task !== task;
+    }
+
     function refreshMode() {
       const frameworks = selectedFrameworks();
       for (const box of form.querySelectorAll("input[name=framework]")) box.disabled = frameworks === "all";
@@ -140,6 +147,7 @@
     }
 
     $("model").addEventListener("change", refreshVersions);
+    $("model").addEventListener("change", refreshTask);
     $("dataset").addEventListener("change", refreshSplits);
     $("scenario").addEventListener("change", refreshScenario);
     form.addEventListener("change", (event) => {
@@ -148,6 +156,7 @@
     refreshVersions();
     refreshSplits();
     refreshScenario();
+    refreshTask();
     refreshMode();
 
     function clearErrors() {
@@ -206,8 +215,41 @@
           .filter(Boolean)
           .map(Number);
       }
+      if (!$("generation").hidden) Object.assign(fields, generation(name));
       for (const [key, value] of Object.entries(fields)) if (value !== undefined) body[key] = value;
       return body;
+    }
+
+    // A length distribution as the CLI writes it, as the API takes it; the forms the
+    // scenario's lengths take (shared.messages.lengths), or a problem to show at the field.
+    function lengths(id) {
+      const word = $(id).value.trim();
+      if (word === "") return undefined;
+      let match;
+      if (/^\d+$/.test(word)) return { distribution: "fixed", tokens: Number(word) };
+      if ((match = /^uniform:(\d+)-(\d+)$/.exec(word))) {
+        return { distribution: "uniform", min: Number(match[1]), max: Number(match[2]) };
+      }
+      if ((match = /^normal:(\d+),(\d+(?:\.\d+)?)(?:,(\d+)-(\d+))?$/.exec(word))) {
+        const normal = { distribution: "normal", mean: Number(match[1]), stddev: Number(match[2]) };
+        if (match[3] !== undefined) Object.assign(normal, { min: Number(match[3]), max: Number(match[4]) });
+        return normal;
+      }
+      throw { loc: ["scenario", id], message: "not a length distribution: give N, uniform:MIN-MAX, normal:MEAN,STDDEV or normal:MEAN,STDDEV,MIN-MAX" };
+    }
+
+    function generation(name) {
+      const fields = {
+        max_new_tokens: number("max_new_tokens"),
+        output_tokens: lengths("output_tokens"),
+        input_tokens: lengths("input_tokens"),
+        ttft_bound_ms: number("ttft_bound_ms"),
+        tpot_bound_ms: number("tpot_bound_ms"),
+        e2e_bound_ms: number("e2e_bound_ms"),
+      };
+      if ($("natural").checked) fields.ignore_eos = false;
+      if (name === "single-stream") fields.concurrency = number("concurrency");
+      return fields;
     }
 
     form.addEventListener("submit", async (event) => {
@@ -220,10 +262,19 @@
       }
       const experiment = frameworks === "all" || frameworks.length !== 1;
       const model = $("model").value;
+      let asked;
+      try {
+        asked = scenario();
+      } catch (problem) {
+        if (!problem.loc) throw problem;
+        showError(problem.loc, problem.message);
+        $(problem.loc[problem.loc.length - 1]).focus();
+        return;
+      }
       const common = {
         version: $("version").value,
         hardware: $("hardware").value,
-        scenario: scenario(),
+        scenario: asked,
       };
       if ($("dataset").value) {
         common.dataset = $("dataset").value;

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,8 @@ class EndpointBackend:
     _asked: Sequence[np.ndarray] = field(default=(), init=False)
     _sent: list[str] = field(default_factory=list, init=False)
     _sampling: Sampling = field(default=Sampling(max_tokens=1), init=False)
+    # Each prompt's own, where the scenario draws output lengths; else every one _sampling.
+    _samplings: list[Sampling] = field(default_factory=list, init=False)
     _headers: dict[str, str] = field(default_factory=dict, init=False)
     _eos: Sequence[int] = field(default=(), init=False)
     _before: tuple[dict[str, float] | None, str | None] = field(default=(None, None), init=False)
@@ -124,6 +127,12 @@ class EndpointBackend:
             seed=scenario.seed if scenario.temperature > 0 else None,
             eos_token_ids=spec.eos_token_ids,
         )
+        lengths = prompts.output_tokens
+        self._samplings = (
+            [self._sampling] * len(self._sent)
+            if lengths is None
+            else [dataclasses.replace(self._sampling, max_tokens=n) for n in lengths]
+        )
         self._headers = {"traceparent": inputs.traceparent} if inputs.traceparent else {}
         one_stream = isinstance(scenario.measurement(), SingleStream)
         streams = scenario.concurrency if one_stream else MAX_IN_FLIGHT
@@ -132,7 +141,10 @@ class EndpointBackend:
         served = job.manifest.served_name
         self._endpoint = connect(self.options, served, api=api)
         self._load = load_client(self.options, served, api=api, streams=streams)
-        self._prepared = [self._load.prepare(text, self._sampling) for text in self._sent]
+        self._prepared = [
+            self._load.prepare(text, sampling)
+            for text, sampling in zip(self._sent, self._samplings, strict=True)
+        ]
 
     def open(self, job: RunEvaluation, inputs: JobInputs) -> None:
         try:
@@ -146,7 +158,7 @@ class EndpointBackend:
             self._endpoint.close()
 
     def generate(self, index: int, first_token: Callable[[], None] | None = None) -> Generated:
-        return self._generate(index, self._sampling, first_token)
+        return self._generate(index, self._samplings[index], first_token)
 
     def _generate(
         self, index: int, sampling: Sampling, first_token: Callable[[], None] | None = None
@@ -162,14 +174,14 @@ class EndpointBackend:
         in an event loop of its own."""
         load = self._load
         assert load is not None, "prepared before it is paced"
-        prepared, headers, sampling = self._prepared, self._headers, self._sampling
+        prepared, headers, samplings = self._prepared, self._headers, self._samplings
 
         async def run() -> T:
             async with load as client:
 
                 async def generate(index: int) -> Generated:
                     streamed = await client.stream(prepared[index], headers=headers)
-                    return self._generated(index, streamed, sampling)
+                    return self._generated(index, streamed, samplings[index])
 
                 return await shape(generate)
 

@@ -37,6 +37,7 @@ class InProcessBackend:
     closing = Step("closing the model")
     _generator: Generator | None = field(default=None, init=False)
     _prompts: Sequence[np.ndarray] = field(default=(), init=False)
+    _lengths: Sequence[int] | None = field(default=None, init=False)
     _tokenizer: Tokenizer | None = field(default=None, init=False)
 
     @property
@@ -52,6 +53,7 @@ class InProcessBackend:
         _check_vocabulary(job, vocabulary_size(prompts.tokenizer))
         scenario = job.scenario
         self._prompts, self._tokenizer = prompts.ids, prompts.tokenizer
+        self._lengths = prompts.output_tokens
         self._generator = Generator(
             job.manifest,
             self.predictor.predict,
@@ -70,10 +72,16 @@ class InProcessBackend:
         self.predictor.close()
 
     def generate(self, index: int, first_token: Callable[[], None] | None = None) -> Generated:
-        return self.generator.generate(self._prompts[index], first_token)
+        lengths = self._lengths
+        length = None if lengths is None else lengths[index]
+        return self.generator.generate(self._prompts[index], first_token, length=length)
 
     def generate_together(self, indices: Sequence[int]) -> list[Generated]:
-        return self.generator.generate_batch([self._prompts[i] for i in indices])
+        lengths = self._lengths
+        return self.generator.generate_batch(
+            [self._prompts[i] for i in indices],
+            None if lengths is None else [lengths[i] for i in indices],
+        )
 
     def greedy(self, index: int, tokens: int) -> list[int]:
         generator = self.generator

@@ -121,11 +121,16 @@ class Generator:
         return sample
 
     def generate(
-        self, prompt: np.ndarray, first_token: Callable[[], None] | None = None
+        self,
+        prompt: np.ndarray,
+        first_token: Callable[[], None] | None = None,
+        *,
+        length: int | None = None,
     ) -> Generated:
-        """Tokens generated from ``prompt`` (int64 [1, n]): at most ``max_new_tokens``, fewer
-        when an end-of-sequence token comes and ``ignore_eos`` is off. ``first_token`` is
-        called as the first token is out (LoadGen's ``FirstTokenComplete``)."""
+        """Tokens generated from ``prompt`` (int64 [1, n]): at most ``length`` (default
+        ``max_new_tokens``), fewer when an end-of-sequence token comes and ``ignore_eos`` is
+        off. ``first_token`` is called as the first token is out (LoadGen's
+        ``FirstTokenComplete``)."""
         spec = self.spec
         clock = time.perf_counter_ns
         predict, outputs = self.predict, self._outputs
@@ -140,7 +145,7 @@ class Generator:
         stopped_by = "max_new_tokens"
         choose = self._greedy if self.temperature == 0 else self._sampler(next(self._requests))
         issued = clock()
-        for _ in range(self.max_new_tokens):
+        for _ in range(self.max_new_tokens if length is None else length):
             result = predict(feeds)
             token = choose(result[logits_at][0])
             token_ns.append(clock())
@@ -158,12 +163,16 @@ class Generator:
                 feeds[masked] = np.ones((1, positions), dtype=np.int64)
         return Generated(issued, int(prompt.shape[1]), tokens, token_ns, stopped_by)
 
-    def generate_batch(self, prompts: Sequence[np.ndarray]) -> list[Generated]:
+    def generate_batch(
+        self, prompts: Sequence[np.ndarray], lengths: Sequence[int] | None = None
+    ) -> list[Generated]:
         """``generate`` for several prompts in one call a step (the graph must take an
-        attention mask): each prompt's tokens and their times, in the prompts' order. Every
-        row is issued at once; each step's time is that of every token it made."""
+        attention mask): each prompt's tokens and their times, in the prompts' order, each at
+        most its ``lengths`` (default ``max_new_tokens``). Every row is issued at once; each
+        step's time is that of every token it made."""
         if len(prompts) == 1:
-            return [self.generate(prompts[0])]
+            return [self.generate(prompts[0], length=None if lengths is None else lengths[0])]
+        longest = [self.max_new_tokens] * len(prompts) if lengths is None else list(lengths)
         spec = self.spec
         clock = time.perf_counter_ns
         predict, outputs = self.predict, self._outputs
@@ -187,20 +196,20 @@ class Generator:
                 return [draw(row) for draw, row in zip(samplers, scores, strict=True)]
 
         issued = clock()
-        for _ in range(self.max_new_tokens):
+        for step in range(max(longest)):
             result = predict(feeds)
             chosen = choose(result[logits_at])
             now = clock()
             for row in live:
                 tokens[row].append(chosen[row])
                 token_ns[row].append(now)
-            if stops:
-                ended = [row for row in live if chosen[row] in stops]
-                for row in ended:
-                    stopped_by[row] = "eos"
-                live = [row for row in live if row not in ended]
-                if not live:
-                    break
+            ended = {row for row in live if chosen[row] in stops}
+            for row in ended:
+                stopped_by[row] = "eos"
+            # A row at its own length is done (its stop is max_new_tokens, as set).
+            live = [row for row in live if row not in ended and step + 1 < longest[row]]
+            if not live:
+                break
             feeds = {past: result[at] for past, at in links}
             # A row that ended still takes a step (the batch's shape is fixed); its tokens are
             # no longer recorded.

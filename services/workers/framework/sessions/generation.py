@@ -193,7 +193,8 @@ class GenerationSession:
                 timed.lags_ns,
                 scheduled_ns=timed.scheduled_ns,
                 duration_ns=timed.duration_ns,
-                max_new_tokens=job.scenario.max_new_tokens,
+                # The most any request asked for: each one's own where they were drawn.
+                max_new_tokens=max(prompts.output_tokens or [job.scenario.max_new_tokens]),
                 ignore_eos=job.scenario.ignore_eos,
                 seed=job.scenario.seed,
             )

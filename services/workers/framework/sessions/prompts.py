@@ -13,9 +13,10 @@ from shared.datasets import Dataset
 from shared.errors import PredictorError
 from shared.manifests import ModelManifest
 from shared.measurement import ScenarioPlan, check_sample_count
+from shared.measurement.workload import WORKLOAD_ROWS, draw_lengths
 from shared.messages import RunEvaluation
 from shared.processing import preprocess_batch
-from shared.processing.text import synthetic_texts
+from shared.processing.text import synthetic_texts, synthetic_texts_of
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -40,25 +41,46 @@ def load_prompts(
     job: RunEvaluation, plan: ScenarioPlan, dataset: Dataset | None, tokenizer: Tokenizer
 ) -> Prompts:
     """The job's prompts, refused before anything is loaded when the scenario needs more
-    samples than there are, or when one leaves no room for the output in the context."""
+    samples than there are, or when one leaves no room for its output in the context."""
     texts = prompt_texts(job, dataset, tokenizer)
     check_sample_count(plan, len(texts))
     ids = prompt_ids(job.manifest, texts, tokenizer)
-    for prompt in ids:
-        check_context(job.manifest, prompt.shape[1], job.scenario.max_new_tokens)
-    return Prompts(texts, ids, tokenizer)
+    scenario = job.scenario
+    outputs = (
+        None
+        if scenario.output_tokens is None
+        else draw_lengths(scenario.output_tokens, len(texts), seed=scenario.seed, purpose="output")
+    )
+    prompts = Prompts(texts, ids, tokenizer, outputs)
+    for index, prompt in enumerate(ids):
+        check_context(
+            job.manifest,
+            prompt.shape[1],
+            prompts.output_length(index, scenario.max_new_tokens),
+            drawn=outputs is not None,
+        )
+    return prompts
 
 
 def prompt_texts(job: RunEvaluation, dataset: Dataset | None, tokenizer: Tokenizer) -> list[object]:
     """The texts a generative job's requests take in turn: the data set's, or seeded ones of
-    the model's vocabulary."""
+    the model's vocabulary: of the lengths ``input_tokens`` draws, or of 64 words (512 of
+    them where the output lengths are drawn, so the draws follow their distribution)."""
+    scenario = job.scenario
     if dataset is not None:
+        if scenario.input_tokens is not None:  # the request's own check, where it came by AMQP
+            raise PredictorError(
+                "scenario.input_tokens makes synthetic prompts, and the data set gives its "
+                "own: leave one of them out"
+            )
         return list(dataset.samples)
-    return list(
-        synthetic_texts(
-            tokenizer, SYNTHETIC_PROMPTS, SYNTHETIC_PROMPT_WORDS, seed=job.scenario.seed
+    if scenario.input_tokens is not None:
+        lengths = draw_lengths(
+            scenario.input_tokens, WORKLOAD_ROWS, seed=scenario.seed, purpose="input"
         )
-    )
+        return list(synthetic_texts_of(tokenizer, lengths, seed=scenario.seed))
+    rows = SYNTHETIC_PROMPTS if scenario.output_tokens is None else WORKLOAD_ROWS
+    return list(synthetic_texts(tokenizer, rows, SYNTHETIC_PROMPT_WORDS, seed=scenario.seed))
 
 
 def prompt_origin(job: RunEvaluation, dataset: Dataset | None) -> tuple[str, str]:
@@ -86,13 +108,21 @@ def prompt_ids(
     ]
 
 
-def check_context(manifest: ModelManifest, prompt_tokens: int, max_new_tokens: int) -> None:
+def check_context(
+    manifest: ModelManifest, prompt_tokens: int, max_new_tokens: int, *, drawn: bool = False
+) -> None:
     """Refuse a prompt of ``prompt_tokens`` that leaves no room for ``max_new_tokens`` in the
-    model's context, wherever the model runs."""
+    model's context, wherever the model runs; ``drawn``: that length is the prompt's own,
+    drawn from the scenario's ``output_tokens``."""
     assert manifest.generation is not None
     context = manifest.generation.context_length
     if prompt_tokens + max_new_tokens > context:
+        asked = (
+            f"an output of {max_new_tokens} tokens drawn from output_tokens"
+            if drawn
+            else f"max_new_tokens {max_new_tokens}"
+        )
         raise PredictorError(
-            f"prompt of {prompt_tokens} tokens + max_new_tokens {max_new_tokens} "
-            f"exceeds {manifest.ref}'s context of {context} tokens"
+            f"prompt of {prompt_tokens} tokens + {asked} exceeds {manifest.ref}'s context of "
+            f"{context} tokens"
         )
