@@ -78,8 +78,10 @@ test: $(VENV)/.installed $(LLAMA)/.installed $(VLLM)/.installed services lint
 	DLSCOPE_TEST_STRICT=1 $(BIN)/pytest -m alone --durations=10 --junitxml=$(ALONE_RESULTS) \
 		$(ALONE_ORDER)
 
+# The fast tier on the same workers as the whole suite, then its `alone` tests by themselves.
 test-fast: $(VENV)/.installed
-	$(BIN)/pytest -m "$(FAST)"
+	$(BIN)/pytest -n $(WORKERS) --dist loadfile -m "($(FAST)) and not alone"
+	$(BIN)/pytest -m "($(FAST)) and alone" $(ALONE_ORDER)
 
 bench: $(VENV)/.installed services
 	$(BIN)/python -m bench
