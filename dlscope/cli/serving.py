@@ -13,6 +13,7 @@ import typer
 
 from dlscope.catalogue import SERVICES, main_module
 from dlscope.cli.terminal import LOG_FORMAT, console, fail
+from dlscope.cli.zoo_build import FAMILIES, build_on_first_use
 from shared.config import Settings
 from shared.messages import FRAMEWORKS, Framework, Hardware
 
@@ -31,12 +32,29 @@ def up(
             "installed here)",
         ),
     ] = "onnxruntime",
+    zoo: Annotated[
+        str | None,
+        typer.Option(
+            "--zoo",
+            help="build and register these families of the zoo first where they are not built "
+            f"here yet (no download): {', '.join(FAMILIES)}, separated by commas, or all",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP gateway and every service in this process (in-memory broker, SQLite)."""
     import uvloop
 
     from dlscope.embedded import embedded_settings, installed, serve_all
 
+    families = _families(zoo)
+    if families:
+        # The language models are built here, not on each request: their first build takes a
+        # minute or more, which no HTTP request should wait for.
+        from dlscope.cli.embedded_client import EmbeddedClient
+
+        client = EmbeddedClient(Settings())
+        for family in families:
+            build_on_first_use(family, client.settings.home, client)
     settings = embedded_settings(Settings())
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     wanted = FRAMEWORKS if framework == "all" else tuple(framework.split(","))
@@ -60,6 +78,20 @@ def up(
         await serve_all(settings, host=host, port=port, stop=stop, workers=workers)
 
     uvloop.run(main())
+
+
+def _families(zoo: str | None) -> tuple[str, ...]:
+    """The zoo's families ``--zoo`` names; refused naming the ones that are not."""
+    if zoo is None:
+        return ()
+    if zoo.strip() == "all":
+        return tuple(FAMILIES)
+    named = tuple(dict.fromkeys(part.strip() for part in zoo.split(",") if part.strip()))
+    unknown = [name for name in named if name not in FAMILIES]
+    if unknown or not named:
+        shown = ", ".join(repr(name) for name in unknown) or repr(zoo)
+        raise fail(f"--zoo: no family {shown}; choose from {', '.join(FAMILIES)}, or all", 2)
+    return named
 
 
 def serve(
