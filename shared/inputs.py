@@ -35,7 +35,9 @@ __all__ = [
     "MAX_NAME",
     "MAX_QUOTE",
     "MAX_REASON",
+    "MAX_SEED",
     "MAX_TEXT",
+    "REQUESTED",
     "Name",
     "Reason",
     "Text",
@@ -62,6 +64,12 @@ MAX_QUOTE = 80
 # The model configuration of every bounded contract: no string anywhere in it (list items and
 # mapping keys and values included) longer than MAX_TEXT unless its field says otherwise.
 BOUNDED = ConfigDict(frozen=True, extra="forbid", str_max_length=MAX_TEXT)
+# What a user asks for: bounded, and every number in it finite. NaN compares false with every
+# bound (so "gt=0" lets it through) and Infinity meets "gt=0": neither may reach a plan, a
+# column or a 422 that must be written back as JSON.
+REQUESTED = ConfigDict(**BOUNDED, allow_inf_nan=False)
+# The largest integer a seed may be: what a signed 64-bit column, orjson and numpy all hold.
+MAX_SEED = 2**63 - 1
 
 Name = Annotated[str, Field(max_length=MAX_NAME)]
 Text = Annotated[str, Field(max_length=MAX_TEXT)]

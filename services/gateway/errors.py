@@ -7,6 +7,7 @@ here is a fault of this deployment, 500.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -122,6 +123,8 @@ def _quoted(error: Mapping[str, Any]) -> dict[str, Any]:
     value = error.get("input")
     if isinstance(value, str):
         shown["input"] = value if len(value) <= MAX_QUOTE else f"{value[: MAX_QUOTE - 1]}…"
+    elif isinstance(value, float) and not math.isfinite(value):
+        shown["input"] = str(value)  # JSON has no NaN or Infinity: said as text, still a 422
     elif isinstance(value, int | float | bool) or value is None:
         shown["input"] = value
     # A mapping or a list is not echoed at all: its size is the sender's to choose.

@@ -54,7 +54,7 @@ Context = Annotated[GatewayContext, Depends(context_of)]
 
 
 class ExperimentCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_max_length=MAX_NAME)
+    model_config = ConfigDict(extra="forbid", str_max_length=MAX_NAME, allow_inf_nan=False)
 
     model: str | None = Field(
         default=None,

@@ -24,7 +24,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from shared.inputs import BOUNDED, MAX_NAME, Reason
+from shared.inputs import MAX_NAME, REQUESTED, Reason
 from shared.manifests import parse_constraint
 from shared.messages.costs import RunCost
 from shared.messages.envelope import Payload
@@ -55,7 +55,7 @@ def experiment_stream(experiment_id: uuid.UUID) -> str:
 
 
 class _Bounded(BaseModel):
-    model_config = BOUNDED
+    model_config = REQUESTED
 
 
 def _constraint(value: str) -> str:
@@ -120,6 +120,7 @@ class ExperimentRequested(Payload):
     timeout_s: float | None = Field(
         default=None,
         gt=0,
+        allow_inf_nan=False,
         description="compare what has finished this long after scheduling; "
         "default DLSCOPE_EVALUATION_TIMEOUT_S",
     )

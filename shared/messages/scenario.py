@@ -10,11 +10,11 @@ explicit call made once by whoever runs or checks the plan, turns it into the ty
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, Field, StrictInt, model_validator
 
-from shared.inputs import BOUNDED
+from shared.inputs import MAX_SEED, REQUESTED
 from shared.messages import plans
 from shared.messages.lengths import TokenLengths
 
@@ -43,7 +43,7 @@ class Scenario(BaseModel):
     - batch-sweep: single-stream at each of ``batch_sizes``; latency and samples/s per size.
     """
 
-    model_config = BOUNDED
+    model_config = REQUESTED
 
     name: ScenarioName = "single-stream"
     driver: Driver = Field(
@@ -89,11 +89,15 @@ class Scenario(BaseModel):
         description="server: the p99 bound of a query's latency; a generation is judged by "
         "its token bounds instead (ttft_bound_ms, tpot_bound_ms, e2e_bound_ms), never by this",
     )
-    batch_sizes: tuple[StrictInt, ...] = Field(
+    batch_sizes: tuple[Annotated[StrictInt, Field(ge=1, le=65_536)], ...] = Field(
         default=(1, 2, 4, 8, 16, 32), min_length=1, max_length=64, description="batch-sweep"
     )
     seed: int = Field(
-        strict=True, default=0, ge=0, description="seeds the inputs, sample order, arrivals"
+        strict=True,
+        default=0,
+        ge=0,
+        le=MAX_SEED,
+        description="seeds the inputs, sample order, arrivals",
     )
     adaptive_half_width: float | None = Field(
         strict=True,

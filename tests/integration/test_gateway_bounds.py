@@ -144,6 +144,72 @@ async def test_an_unknown_content_type_names_little_of_itself(any_stack: Stack) 
     assert len(response.content) < 1024
 
 
+# Every number a request carries, with what JSON can say that no bound should let through.
+NOT_FINITE = ("NaN", "Infinity", "-Infinity", "1e309")
+FLOAT_FIELDS = (
+    "min_duration_s",
+    "max_duration_s",
+    "target_qps",
+    "latency_bound_ms",
+    "adaptive_half_width",
+    "temperature",
+    "ttft_bound_ms",
+    "tpot_bound_ms",
+    "e2e_bound_ms",
+    "slo_percentile",
+)
+
+
+@pytest.mark.parametrize("value", NOT_FINITE)
+async def test_a_number_that_is_not_finite_is_a_422_naming_its_field(
+    any_stack: Stack, value: str
+) -> None:
+    # NaN passes every comparison's bound and Infinity every lower one: each is refused by
+    # name, over both routes, and the 422 itself is JSON (NaN cannot be written back as one).
+    before = await stored_evaluations(any_stack)
+    headers = {"content-type": "application/json"}
+    for field in FLOAT_FIELDS:
+        scenario = f'{{"name": "server", "{field}": {value}}}'
+        body = f'{{"model": "squeezenet", "framework": "onnxruntime", "scenario": {scenario}}}'
+        response = await any_stack.http.post("/v1/evaluations", content=body, headers=headers)
+        assert response.status_code == 422, (field, response.text)
+        locs = [error["loc"] for error in response.json()["detail"]]
+        assert ["body", "scenario", field] in locs, (field, locs)
+    stddev = (
+        '{"model": "smollm2", "framework": "onnxruntime", "scenario": {"output_tokens": '
+        f'{{"distribution": "normal", "mean": 8, "stddev": {value}}}}}}}'
+    )
+    response = await any_stack.http.post("/v1/evaluations", content=stddev, headers=headers)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"][-1] == "stddev"
+    for field, where in (
+        ('"tolerance": {"atol": %s}', ["body", "tolerance", "atol"]),
+        ('"tolerance": {"min_top1_agreement": %s}', ["body", "tolerance", "min_top1_agreement"]),
+        ('"timeout_s": %s', ["body", "timeout_s"]),
+    ):
+        body = '{"model": "digits-cnn", %s}' % (field % value)
+        response = await any_stack.http.post("/v1/experiments", content=body, headers=headers)
+        assert response.status_code == 422, (field, response.text)
+        assert where in [error["loc"] for error in response.json()["detail"]], response.text
+    assert await stored_evaluations(any_stack) == before
+
+
+async def test_an_integer_no_column_holds_is_a_422_naming_its_field(any_stack: Stack) -> None:
+    before = await stored_evaluations(any_stack)
+    for scenario, loc in (
+        ({"seed": 2**64}, ["body", "scenario", "seed"]),
+        ({"seed": 2**63}, ["body", "scenario", "seed"]),
+        (
+            {"name": "batch-sweep", "batch_sizes": [1, 2**64]},
+            ["body", "scenario", "batch_sizes", 1],
+        ),
+    ):
+        response = await any_stack.http.post("/v1/evaluations", json=evaluation(scenario=scenario))
+        assert response.status_code == 422, (scenario, response.text)
+        assert loc in [error["loc"] for error in response.json()["detail"]], response.text
+    assert await stored_evaluations(any_stack) == before
+
+
 async def test_a_refused_request_leaves_the_gateway_serving(any_stack: Stack) -> None:
     for _ in range(3):
         await any_stack.http.get("/v1/models?task=%00")

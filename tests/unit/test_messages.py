@@ -352,3 +352,9 @@ def test_an_adaptive_stop_a_scenario_cannot_honour_is_refused(
     with pytest.raises(ValidationError, match=named):
         Scenario.model_validate({**scenario, "adaptive_half_width": 0.05})
     assert Scenario.model_validate({"name": "multi-stream", "adaptive_half_width": 0.05})
+
+
+def test_the_largest_seed_a_signed_64_bit_column_holds_is_taken_and_no_larger() -> None:
+    assert Scenario(seed=2**63 - 1).seed == 2**63 - 1
+    with pytest.raises(ValidationError, match="seed"):
+        Scenario(seed=2**63)
