@@ -89,7 +89,7 @@ class Scenario(BaseModel):
         description="server: the p99 bound of a query's latency; a generation is judged by "
         "its token bounds instead (ttft_bound_ms, tpot_bound_ms, e2e_bound_ms), never by this",
     )
-    batch_sizes: tuple[Annotated[StrictInt, Field(ge=1, le=65_536)], ...] = Field(
+    batch_sizes: tuple[Annotated[StrictInt, Field(le=65_536)], ...] = Field(
         default=(1, 2, 4, 8, 16, 32), min_length=1, max_length=64, description="batch-sweep"
     )
     seed: int = Field(
