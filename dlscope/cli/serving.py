@@ -47,15 +47,16 @@ def up(
     from dlscope.embedded import embedded_settings, installed, serve_all
 
     families = _families(zoo)
+    configured = Settings()
     if families:
         # The language models are built here, not on each request: their first build takes a
         # minute or more, which no HTTP request should wait for.
         from dlscope.cli.embedded_client import EmbeddedClient
 
-        client = EmbeddedClient(Settings())
+        client = EmbeddedClient(configured)
         for family in families:
             build_on_first_use(family, client.settings.home, client)
-    settings = embedded_settings(Settings())
+    settings = embedded_settings(configured)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     wanted = FRAMEWORKS if framework == "all" else tuple(framework.split(","))
     unknown = [f for f in wanted if f not in FRAMEWORKS]

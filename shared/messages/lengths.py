@@ -3,7 +3,7 @@ request row draws its length from, seeded, as the field's load tools define synt
 workloads (a fixed length, uniform between two, or normal around a mean, clipped).
 
 On the wire, one object with its ``distribution`` named: ``{"distribution": "normal",
-"mean": 128, "stddev": 32}``; on the CLI, one word (``shared.messages.lengths.parse``):
+"mean": 128, "stddev": 32}``; on the CLI, one word (``parse_lengths``):
 ``128``, ``uniform:64-192``, ``normal:128,32`` or ``normal:128,32,16-256``.
 """
 
@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, Field, model_validator
 
-from shared.inputs import BOUNDED
+from shared.inputs import REQUESTED
 
 __all__ = [
     "MAX_LENGTH",
@@ -35,7 +35,7 @@ _Length = Annotated[int, Field(strict=True, ge=1, le=MAX_LENGTH)]
 class FixedLength(BaseModel):
     """Every row the same length."""
 
-    model_config = BOUNDED
+    model_config = REQUESTED
 
     distribution: Literal["fixed"] = "fixed"
     tokens: _Length
@@ -51,7 +51,7 @@ class FixedLength(BaseModel):
 class UniformLengths(BaseModel):
     """Each row's length uniform over ``min`` to ``max``, both included."""
 
-    model_config = BOUNDED
+    model_config = REQUESTED
 
     distribution: Literal["uniform"]
     min: _Length
@@ -76,11 +76,11 @@ class NormalLengths(BaseModel):
     (default 1 and four deviations above the mean, so a tail draw cannot ask for what no
     one meant)."""
 
-    model_config = BOUNDED
+    model_config = REQUESTED
 
     distribution: Literal["normal"]
     mean: _Length
-    stddev: float = Field(strict=True, ge=0, le=MAX_LENGTH, allow_inf_nan=False)
+    stddev: float = Field(strict=True, ge=0, le=MAX_LENGTH)
     min: _Length = 1
     max: _Length | None = None
 

@@ -23,7 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from services.gateway.ui.charts import Spec
 from services.gateway.ui.escaping import script_json
-from shared.messages.lengths import TokenLengths
+from shared.messages.lengths import FixedLength, NormalLengths, TokenLengths, UniformLengths
 
 __all__ = [
     "NONE",
@@ -65,11 +65,14 @@ def _environment() -> Environment:
     return environment
 
 
+_LENGTHS: TypeAdapter[FixedLength | UniformLengths | NormalLengths] = TypeAdapter(TokenLengths)
+
+
 def format_lengths(asked: object) -> str:
     """A workload's length distribution as the scenario holds it, in the CLI's words
     (``uniform 64-192``); what is not one is shown as not there."""
     try:
-        return str(TypeAdapter(TokenLengths).validate_python(asked))
+        return str(_LENGTHS.validate_python(asked))
     except ValidationError:
         return NONE
 

@@ -68,7 +68,9 @@ def prompt_texts(job: RunEvaluation, dataset: Dataset | None, tokenizer: Tokeniz
     them where the output lengths are drawn, so the draws follow their distribution)."""
     scenario = job.scenario
     if dataset is not None:
-        if scenario.input_tokens is not None:  # the request's own check, where it came by AMQP
+        if (
+            scenario.input_tokens is not None
+        ):  # a job sent straight to a worker skipped the request's
             raise PredictorError(
                 "scenario.input_tokens makes synthetic prompts, and the data set gives its "
                 "own: leave one of them out"
