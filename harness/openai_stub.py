@@ -11,7 +11,14 @@ this, is the limit; it runs in a process of its own (``openai_stub``), never in 
 the same clock as the client's on Linux), and the time to first chunk and the gaps it kept
 (the ground truth). ``POST /stats/reset`` forgets it.
 
+It can also be a hostile or faulty server (``misbehave``, one of ``MISBEHAVIOURS``), after
+answering its first ``honest`` completions as it should (a benchmark's first requests are its
+checks), then on one completion in ``every``: an error body or a model list holding NUL, an
+answer that streams forever (of tokens, or of keep-alive comments), one that trickles a byte
+a second, one huge chunk, or a million tiny ones.
+
     python -m harness.openai_stub --port 8000 --ttft-ms 80 --itl-ms 20
+    python -m harness.openai_stub --port 8000 --misbehave trickle --honest 3 --every 2
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import socket
 import subprocess
 import sys
@@ -30,7 +38,7 @@ from typing import Any
 import orjson
 import uvloop
 
-__all__ = ["MODEL", "StubTiming", "openai_stub", "stub_stats"]
+__all__ = ["MISBEHAVIOURS", "MODEL", "StubTiming", "openai_stub", "stub_stats"]
 
 MODEL = "stub"
 _WORD = "tok"
@@ -40,10 +48,25 @@ _HEAD = (
 )
 
 
+MISBEHAVIOURS = (
+    "nul-error",  # every completion: HTTP 500 whose body holds a NUL byte
+    "nul-models",  # its model list names a model with a NUL in its name, beside its own
+    "forever",  # an answer of one token a chunk that never ends
+    "keep-alive",  # an answer of keep-alive comments that never ends
+    "trickle",  # an answer sent one byte a second
+    "huge-chunk",  # an answer of one 50 MB chunk
+    "tiny-chunks",  # an answer of a million one-character chunks
+)
+
+
 @dataclass(frozen=True)
 class StubTiming:
     ttft_ms: float = 0.0
     itl_ms: float = 0.0
+    # How it misbehaves (one of MISBEHAVIOURS) once it has answered ``honest`` completions.
+    misbehave: str | None = None
+    honest: int = 0
+    every: int = 1
 
 
 @dataclass
@@ -105,7 +128,10 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         seen = self.seen
         if method == "GET" and path == "/v1/models":
-            self.transport.write(_json("200 OK", {"data": [{"id": MODEL, "object": "model"}]}))
+            models = [{"id": MODEL, "object": "model"}]
+            if self.timing.misbehave == "nul-models":
+                models.append({"id": "a\x00model", "object": "model"})
+            self.transport.write(_json("200 OK", {"data": models}))
         elif method == "GET" and path == "/stats":
             self.transport.write(
                 _json(
@@ -126,6 +152,17 @@ class _Connection(asyncio.Protocol):
             seen.arrivals_ns.append(self.received_ns)
             request = orjson.loads(body)
             chat = path == "/v1/chat/completions"
+            misbehave = self.timing.misbehave
+            later = len(seen.arrivals_ns) - self.timing.honest
+            if misbehave is not None and later > 0 and (later - 1) % self.timing.every == 0:
+                if misbehave == "nul-error":
+                    body = b"internal\x00error"
+                    head = f"HTTP/1.1 500 Internal Server Error\r\ncontent-length: {len(body)}"
+                    self.transport.write(head.encode() + b"\r\n\r\n" + body)
+                    return
+                if misbehave != "nul-models":
+                    asyncio.get_running_loop().create_task(self.misbehave(misbehave, chat))
+                    return
             asyncio.get_running_loop().create_task(
                 self.stream(self.received_ns, int(request.get("max_tokens") or 16), chat)
             )
@@ -170,6 +207,37 @@ class _Connection(asyncio.Protocol):
         finally:
             seen.open_streams -= 1
 
+    async def misbehave(self, how: str, chat: bool) -> None:
+        """An answer as a hostile or faulty server sends it, until the client goes away."""
+        transport = self.transport
+        assert transport is not None
+
+        def event(text: str) -> bytes:
+            choice = (
+                {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            )
+            return b"data: " + orjson.dumps({"id": "x", "model": MODEL, "choices": [choice]})
+
+        transport.write(_HEAD)
+        if how == "huge-chunk":
+            transport.write(_chunked(event("x" * 50 * 1024**2) + b"\n\n"))
+            return
+        if how == "trickle":
+            answer = event(_WORD) + b"\n\n"
+            for index in itertools.cycle(range(len(answer))):
+                if transport.is_closing():
+                    return
+                transport.write(_chunked(answer[index : index + 1]))
+                await asyncio.sleep(1.0)
+        piece = {"forever": event(_WORD), "keep-alive": b": keep-alive", "tiny-chunks": event("t")}
+        for sent in range(1_000_000 if how == "tiny-chunks" else sys.maxsize):
+            if transport.is_closing():
+                return
+            transport.write(_chunked(piece[how] + b"\n\n"))
+            if sent % 64 == 63:  # let the loop serve others, and the client read
+                await asyncio.sleep(0.001)
+        transport.write(_chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None if exc else self.transport
 
@@ -195,6 +263,9 @@ def openai_stub(
         port = int(sock.getsockname()[1])
     command = [sys.executable, "-m", "harness.openai_stub", "--port", str(port)]
     command += ["--ttft-ms", str(timing.ttft_ms), "--itl-ms", str(timing.itl_ms)]
+    if timing.misbehave is not None:
+        command += ["--misbehave", timing.misbehave, "--honest", str(timing.honest)]
+        command += ["--every", str(timing.every)]
     if not record_gaps:
         command.append("--no-gaps")
     process = subprocess.Popen(command, stdout=subprocess.PIPE)
@@ -227,8 +298,11 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=0.0)
     parser.add_argument("--itl-ms", type=float, default=0.0)
     parser.add_argument("--no-gaps", action="store_true", help="keep no per-chunk gaps")
+    parser.add_argument("--misbehave", choices=MISBEHAVIOURS, help="how to misbehave")
+    parser.add_argument("--honest", type=int, default=0, help="completions answered first")
+    parser.add_argument("--every", type=int, default=1, help="then misbehave on one in N")
     args = parser.parse_args()
-    timing = StubTiming(args.ttft_ms, args.itl_ms)
+    timing = StubTiming(args.ttft_ms, args.itl_ms, args.misbehave, args.honest, args.every)
     uvloop.run(_serve(args.port, timing, not args.no_gaps))
 
 

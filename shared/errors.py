@@ -7,7 +7,9 @@ and a user reads what went wrong and what to do about it.
     DlscopeError
     ├── ConfigurationError        settings or a command line that cannot work
     ├── InvalidMessage            a message that can never be processed: dead-lettered, not retried
-    │   └── MessageTooLarge       over DLSCOPE_MAX_MESSAGE_BYTES (refused on sending and receiving)
+    │   ├── MessageTooLarge       over DLSCOPE_MAX_MESSAGE_BYTES (refused on sending and receiving)
+    │   ├── MessageUnreadable     what its consumers would refuse (text holding NUL): not sent
+    │   └── StoreRefused          an event the store's columns cannot hold (a number too big)
     ├── TransientError            a dependency unavailable (broker, database, a timeout): the
     │   │                         message is kept and consumption pauses until it is back
     │   ├── BrokerUnavailable
@@ -31,11 +33,13 @@ __all__ = [
     "InvalidMessage",
     "ManifestError",
     "MessageTooLarge",
+    "MessageUnreadable",
     "ModelNotFound",
     "NoMatchingAgent",
     "PredictorError",
     "ProcessingError",
     "RequestTimeout",
+    "StoreRefused",
     "StoreUnavailable",
     "TransientError",
 ]
@@ -55,6 +59,16 @@ class InvalidMessage(DlscopeError):
 
 class MessageTooLarge(InvalidMessage):
     """A message over the size a consumer accepts: refused before it is parsed."""
+
+
+class MessageUnreadable(InvalidMessage):
+    """A message its own consumers would refuse to read (text holding NUL, which no store
+    keeps): refused before it is sent, so its producer can say why instead."""
+
+
+class StoreRefused(InvalidMessage):
+    """The event store refused what it was given as data it cannot hold (a value out of its
+    column's range, text it cannot encode): storing it again can never succeed."""
 
 
 class TransientError(DlscopeError):

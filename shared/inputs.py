@@ -29,6 +29,7 @@ from pydantic import BeforeValidator, ConfigDict, Field
 
 __all__ = [
     "BOUNDED",
+    "MAX_COUNT",
     "MAX_DESCRIPTION",
     "MAX_ITEMS",
     "MAX_LABELS",
@@ -41,6 +42,7 @@ __all__ = [
     "Name",
     "Reason",
     "Text",
+    "cleaned",
     "quote",
     "shorten",
     "unsafe_text",
@@ -68,6 +70,10 @@ BOUNDED = ConfigDict(frozen=True, extra="forbid", str_max_length=MAX_TEXT)
 # bound (so "gt=0" lets it through) and Infinity meets "gt=0": neither may reach a plan, a
 # column or a 422 that must be written back as JSON.
 REQUESTED = ConfigDict(**BOUNDED, allow_inf_nan=False)
+# The largest count a contract takes where a store column keeps it (an attempt, a schema
+# version): what a PostgreSQL integer holds. One past it would pass the contract and fail the
+# transaction that stores it, with every other event that shared it (issue 42).
+MAX_COUNT = 2**31 - 1
 # The largest integer a seed may be: what a signed 64-bit column, orjson and numpy all hold.
 MAX_SEED = 2**63 - 1
 
@@ -106,6 +112,13 @@ def unsafe_text(
     return None
 
 
+def cleaned(text: str) -> str:
+    """``text`` with every NUL and unpaired surrogate replaced by U+FFFD: text taken from a
+    server (its error, its model names) is data to keep, not a request to refuse, and a
+    measurement holding it as it came could be read by no consumer (issue 42)."""
+    return _UNSAFE.sub("\ufffd", text) if _UNSAFE.search(text) else text
+
+
 def shorten(text: str, limit: int = MAX_REASON) -> str:
     """``text``, cut to at most ``limit`` characters with a note of how much was cut."""
     if len(text) <= limit:
@@ -115,11 +128,12 @@ def shorten(text: str, limit: int = MAX_REASON) -> str:
 
 
 def _shortened(value: object) -> object:
-    return shorten(value) if isinstance(value, str) else value
+    return shorten(cleaned(value)) if isinstance(value, str) else value
 
 
-# Why something failed, or was refused: cut to MAX_REASON rather than refused, since a
-# reason often quotes what it refuses, and a failure must be recorded whatever it says.
+# Why something failed, or was refused: cut to MAX_REASON and cleaned of what no store keeps
+# rather than refused, since a reason often quotes what it refuses (a server's answer among
+# them), and a failure must be recorded whatever it says.
 # (The bound before the validator: after it, pydantic would apply MAX_TEXT to the string too.)
 Reason = Annotated[str, Field(max_length=MAX_REASON), BeforeValidator(_shortened)]
 

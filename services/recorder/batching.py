@@ -10,6 +10,12 @@ An event that arrives after a quiet spell is held up to ``linger_s`` before its 
 starts, so that the events produced with it share that transaction (an evaluation's
 requested, scheduled and started come milliseconds apart). While events flow, nothing
 lingers: the next transaction starts as soon as the last one ends.
+
+A transaction that fails for any reason but the store being unavailable is tried again one
+delivery at a time, in order: only the delivery at fault fails (dead-lettered at once where
+the store refused its data, ``StoreRefused``), and every other is stored. Without that, one
+event published by anyone on the broker takes every event that shared its transaction, other
+users' evaluations among them, to the dead-letter queue with it (issue 42).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from shared.errors import TransientError
 from shared.eventstore import LogEntry, log_entry
 from shared.messages import Payload, TypedEnvelope
 
@@ -88,23 +95,58 @@ class BatchWriter:
             while self._pending:
                 batch = self._take()
                 try:
-                    stored = await self._write([item for s in batch for item in s.entries])
-                except Exception as exc:
+                    await self._store_together(batch)
+                except TransientError as exc:
                     # Fail what is waiting too: writing later events before the failed ones
-                    # are retried would put a stream out of order.
+                    # are tried again would put a stream out of order.
                     batch.extend(self._pending)
                     self._pending.clear()
                     for submission in batch:
                         if not submission.stored.done():
                             submission.stored.set_exception(exc)
                     return
-                finally:
-                    self._last_write_ended = time.monotonic()
-                start = 0
-                for submission in batch:
-                    end = start + len(submission.entries)
-                    if not submission.stored.done():
-                        submission.stored.set_result(stored[start:end])
-                    start = end
         finally:
             self._flusher = None
+
+    async def _store_together(self, batch: list[_Submission]) -> None:
+        """Store ``batch`` in one transaction, or each of its submissions in one of its own
+        where that fails; raises only when the store is unavailable, with the submissions
+        not yet stored left waiting."""
+        try:
+            stored = await self._written([item for s in batch for item in s.entries])
+        except TransientError:
+            raise
+        except Exception as exc:
+            if len(batch) == 1:
+                _settle(batch[0], exc)
+                return
+            for submission in batch:
+                try:
+                    flags = await self._written(submission.entries)
+                except TransientError:
+                    raise  # those stored are settled; the rest fail with what is waiting
+                except Exception as alone:
+                    _settle(submission, alone)
+                else:
+                    _settle(submission, flags)
+            return
+        start = 0
+        for submission in batch:
+            end = start + len(submission.entries)
+            _settle(submission, stored[start:end])
+            start = end
+
+    async def _written(self, entries: list[LogEntry]) -> list[bool]:
+        try:
+            return await self._write(entries)
+        finally:
+            self._last_write_ended = time.monotonic()
+
+
+def _settle(submission: _Submission, outcome: list[bool] | BaseException) -> None:
+    if submission.stored.done():
+        return
+    if isinstance(outcome, BaseException):
+        submission.stored.set_exception(outcome)
+    else:
+        submission.stored.set_result(outcome)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from services.workers.handover import Run
-from shared.errors import MessageTooLarge
+from shared.errors import MessageTooLarge, MessageUnreadable
 from shared.messages import (
     DeviceLease,
     EvaluationLateMeasurement,
@@ -103,6 +103,8 @@ async def report(
             f"the measurement is too large to record ({exc}): shorten the run "
             "(max_duration_s, iterations) or raise DLSCOPE_MAX_MESSAGE_BYTES"
         )
+    except MessageUnreadable as exc:  # the same: failed with the reason, not left running
+        return "analysis", f"the measurement cannot be recorded: {exc}"
     return None
 
 

@@ -1,16 +1,19 @@
 """What the database's errors mean for the store: unavailable (worth waiting out), a
-collision with a concurrent writer (worth trying again), or no tables yet (the migrations
-have not run)."""
+collision with a concurrent writer (worth trying again), data it refuses (never worth trying
+again), or no tables yet (the migrations have not run)."""
 
 from __future__ import annotations
 
 from sqlalchemy import exc as sa_exc
 
-__all__ = ["is_conflict", "is_missing_table", "is_unavailable"]
+__all__ = ["is_conflict", "is_missing_table", "is_refused", "is_unavailable"]
 
 # SQLSTATE classes meaning "the database cannot serve us now": connection exceptions,
 # rejected credentials, a missing database, too many connections, a shutting-down server.
 _UNAVAILABLE_SQLSTATES = ("08", "28", "3D", "53", "57P")
+# SQLSTATE classes meaning "not this data": data exceptions (a number out of a column's range,
+# text the encoding cannot hold) and program limits (a value over what a column may take).
+_REFUSED_SQLSTATES = ("22", "54")
 
 
 def is_unavailable(exc: sa_exc.DBAPIError) -> bool:
@@ -21,6 +24,14 @@ def is_unavailable(exc: sa_exc.DBAPIError) -> bool:
         return True
     sqlstate = getattr(exc.orig, "sqlstate", None)
     return isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATES)
+
+
+def is_refused(exc: sa_exc.DBAPIError) -> bool:
+    """The data itself refused: the same statement with the same values fails every time."""
+    if isinstance(exc, sa_exc.DataError):
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate.startswith(_REFUSED_SQLSTATES)
 
 
 def is_conflict(exc: sa_exc.DBAPIError) -> bool:

@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 
 from sqlalchemy import exc as sa_exc
 
-from shared.errors import StoreUnavailable
+from shared.errors import StoreRefused, StoreUnavailable
 from shared.eventstore import appending, replay
 from shared.eventstore.entries import LogEntry, log_entry
-from shared.eventstore.failures import is_conflict
+from shared.eventstore.failures import is_conflict, is_refused
 from shared.eventstore.reading import StoreReader
 from shared.messages import Envelope, Payload
 
@@ -59,7 +59,9 @@ class EventStore(StoreReader):
 
     async def append_entries(self, entries: Sequence[LogEntry]) -> list[bool]:
         """``append``, of events already made ready for the log (``log_entry``): a writer that
-        prepares each as it arrives keeps that work out of the transaction."""
+        prepares each as it arrives keeps that work out of the transaction. Data the
+        database refuses raises ``StoreRefused``, for the batch as a whole: which of its
+        events is at fault, only storing them apart can tell."""
         batch = list(entries)
         if not batch:
             return []
@@ -69,6 +71,10 @@ class EventStore(StoreReader):
                     async with self._transaction(write=True) as connection:
                         return await appending.append(connection, batch)
             except sa_exc.DBAPIError as exc:
+                if is_refused(exc):
+                    raise StoreRefused(
+                        f"the event store at {self._where} cannot hold this: {exc.orig}"
+                    ) from exc
                 if not is_conflict(exc):
                     raise
                 if attempt == _APPEND_ATTEMPTS:

@@ -22,6 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.inputs import Reason
 from shared.messages.statistics import LatencyStatistics
 
 __all__ = [
@@ -114,7 +115,7 @@ class ServedRun(BaseModel):
     failures: dict[str, int] = Field(
         default_factory=dict, description="timed requests that failed, per kind"
     )
-    failure_causes: list[str] = Field(
+    failure_causes: list[Reason] = Field(
         default_factory=list, max_length=8, description="the first causes, one per kind"
     )
     client_lag_ns: list[int] = Field(

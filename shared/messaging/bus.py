@@ -18,6 +18,7 @@ from shared.messages import Envelope, Topology
 from shared.messaging.broker import STREAM_HEADER, Binding, Broker, Subscription
 from shared.messaging.consumers import Consuming, current_delivery
 from shared.messaging.handling import BatchHandler, Handler, Handling
+from shared.messaging.pause import PAUSE_CAP_S
 from shared.messaging.publishing import Publisher
 from shared.messaging.requests import Requests
 from shared.messaging.routes import Routes
@@ -63,7 +64,7 @@ class Bus:
         max_attempts: int = 3,
         prefetch: int = 16,
         pause_initial_s: float = 0.5,
-        pause_cap_s: float = 30.0,
+        pause_cap_s: float = PAUSE_CAP_S,
         event_log_partitions: int | None = None,
         max_message_bytes: int = 32 * 1024**2,
     ) -> None:

@@ -22,18 +22,24 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["Backoff", "Pause", "when_available"]
+__all__ = ["PAUSE_CAP_S", "Backoff", "Pause", "when_available"]
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
 
+# The longest wait between two probes of a dependency that is down. A probe is one connection
+# attempt, cheap beside what a late resumption costs: with 30 s, a recorder resumed 23 s after
+# PostgreSQL was back, every service's view of the system that much behind (issue 42).
+PAUSE_CAP_S = 5.0
+
+
 class Backoff:
     """Capped exponential backoff with jitter: ``initial``, doubling up to ``cap``, each wait
     drawn from [50 %, 100 %] of it, so paused consumers do not probe in lockstep."""
 
-    def __init__(self, initial: float = 0.5, cap: float = 30.0) -> None:
+    def __init__(self, initial: float = 0.5, cap: float = PAUSE_CAP_S) -> None:
         self.initial = initial
         self.cap = cap
         self._current = initial
@@ -53,7 +59,7 @@ async def when_available(
     unavailable: type[Exception] | tuple[type[Exception], ...],
     what: str,
     patience_s: float | None = None,
-    cap: float = 30.0,
+    cap: float = PAUSE_CAP_S,
 ) -> T:
     """``attempt()``, tried again after a capped, jittered backoff for as long as it raises
     ``unavailable`` (a dependency that is down: it is waited out, not turned into a failure);

@@ -5,12 +5,14 @@ produced together sent in as few messages as their routing allows."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 
+import orjson
 from opentelemetry.trace import SpanKind, Tracer
 
-from shared.errors import MessageTooLarge
+from shared.errors import MessageTooLarge, MessageUnreadable
+from shared.inputs import unsafe_text
 from shared.messages import MAX_BATCH_EVENTS, Envelope, Topology, encode, encode_batch
 from shared.messaging.broker import STREAM_HEADER, Broker, OutgoingMessage
 from shared.messaging.spans import messaging_attributes, stamped
@@ -54,7 +56,7 @@ class Publisher:
         ):
             headers = inject()
             sent = stamped(envelope, headers, self.service)
-            body = encode(sent)
+            body = _readable(lambda: encode(sent), repr(envelope.type))
             limit = max_bytes or self.max_message_bytes
             if len(body) > limit:
                 raise MessageTooLarge(
@@ -108,7 +110,7 @@ class Publisher:
         ):
             headers = inject()
             sent = [stamped(envelope, headers, self.service) for envelope in run]
-            body = encode_batch(sent)
+            body = _readable(lambda: encode_batch(sent), f"a batch of {routing_key!r}")
             if len(body) > self.max_message_bytes:
                 # Halves until each fits; one event alone over the bound is refused by publish.
                 half = len(run) // 2
@@ -147,3 +149,23 @@ def _runs(envelopes: Sequence[Envelope], *, by_stream: bool) -> list[list[Envelo
         else:
             runs.append([envelope])
     return runs
+
+
+def _readable(encoded: Callable[[], bytes], what: str) -> bytes:
+    """The body ``encoded`` makes, if every consumer would read it: a NUL (which
+    ``shared.inputs`` makes every consumer refuse) or an unpaired surrogate (which no JSON
+    encoder writes) is ``MessageUnreadable``, raised here so that the producer learns of it
+    rather than its consumers dead-lettering what it sent (issue 42)."""
+    try:
+        body = encoded()
+    except orjson.JSONEncodeError as exc:
+        raise MessageUnreadable(f"{what} cannot be written as JSON: {exc}") from exc
+    # The escape's bytes first (cheap), the parsed text only where they appear: an escaped
+    # backslash before "u0000" writes them too.
+    if b"\\u0000" in body and (problem := unsafe_text(orjson.loads(body))) is not None:
+        where = ".".join(map(str, problem[0]))
+        raise MessageUnreadable(
+            f"{what} holds {problem[1]} at {where}, which no consumer reads: text taken from "
+            "outside must be cleaned (shared.inputs.cleaned) before it is published"
+        )
+    return body

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from harness.waiting import eventually
-from shared.errors import MessageTooLarge
+from shared.errors import MessageTooLarge, MessageUnreadable
 from shared.eventstore import EventStore
 from shared.inputs import MAX_REASON
 from shared.messages import AgentOffline, Envelope
@@ -54,6 +54,26 @@ async def test_a_producer_is_told_before_it_sends_a_message_too_large(small: Sta
                     payload={"agent_id": "agent-x", "reason": "x" * LIMIT},
                 )
             )
+    finally:
+        await bus.stop()
+
+
+async def test_a_producer_is_told_before_it_sends_what_no_consumer_would_read(
+    small: Stack,
+) -> None:
+    bus = small.runtime.bus("test")
+    await bus.start()
+    try:
+        nul = Envelope(
+            type=AgentOffline.TYPE,
+            stream_id="agent-agent-x",
+            correlation_id=uuid.uuid4(),
+            payload={"agent_id": "agent-x", "reason": "gone\x00away"},
+        )
+        with pytest.raises(MessageUnreadable, match=r"a NUL character \(U\+0000\) at payload"):
+            await bus.publish(nul)
+        # An escaped backslash before "u0000" is text like any other, and is sent.
+        await bus.publish(offline("a \\u0000 in a path", event_id=uuid.uuid4()))
     finally:
         await bus.stop()
 

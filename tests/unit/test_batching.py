@@ -1,5 +1,6 @@
 """The recorder's batch writer: concurrent submissions share transactions, keep their order,
-a delivery's batch stays in one transaction, and all learn of a failed write."""
+a delivery's batch stays in one transaction, all learn of a store that is unavailable, and
+a write that fails for one delivery's data fails that delivery alone."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from services.recorder.batching import BatchWriter
-from shared.errors import StoreUnavailable
+from shared.errors import StoreRefused, StoreUnavailable
 from shared.eventstore import LogEntry
 from shared.messages import AgentHeartbeat, Envelope, Payload, TypedEnvelope
 
@@ -24,15 +25,25 @@ def heartbeat(n: int) -> TypedEnvelope[Payload]:
 
 
 class Store:
-    def __init__(self, *, fail: bool = False) -> None:
+    def __init__(
+        self, *, fail: bool = False, refuse: str | None = None, down_after: int | None = None
+    ) -> None:
         self.batches: list[list[str]] = []
         self.seen: set[uuid.UUID] = set()
         self.fail = fail
+        # The agent whose event the database cannot hold: any transaction holding it fails.
+        self.refuse = refuse
+        # Writes after which the database goes down.
+        self.down_after = down_after
 
     async def append_entries(self, entries: Sequence[LogEntry]) -> list[bool]:
         await asyncio.sleep(0)  # a database round trip
+        if self.down_after is not None and len(self.batches) >= self.down_after:
+            self.fail = True
         if self.fail:
             raise StoreUnavailable("database down")
+        if any(item.payload["agent_id"] == self.refuse for item in entries):
+            raise StoreRefused(f"value out of range in {self.refuse}'s event")
         assert all(item.checked is not None for item in entries)  # the payloads, handed over read
         self.batches.append([item.payload["agent_id"] for item in entries])
         new = [item.envelope.event_id not in self.seen for item in entries]
@@ -105,3 +116,50 @@ async def test_while_events_flow_the_next_write_does_not_linger() -> None:
     async with asyncio.timeout(0.5):
         assert await writer.submit([heartbeat(2)]) == [True]
     assert store.batches == [["a1"], ["a2"]]
+
+
+async def test_one_delivery_the_store_refuses_fails_alone_and_the_rest_are_stored_in_order() -> (
+    None
+):
+    store = Store(refuse="a3")
+    writer = BatchWriter(store.append_entries)
+    results = await asyncio.gather(
+        *(writer.submit([e]) for e in map(heartbeat, range(7))), return_exceptions=True
+    )
+    assert isinstance(results[3], StoreRefused)
+    assert results[:3] + results[4:] == [[True]] * 6
+    # The shared transaction failed, then each delivery went alone, in order.
+    assert [a for batch in store.batches for a in batch] == ["a0", "a1", "a2", "a4", "a5", "a6"]
+    assert all(len(batch) == 1 for batch in store.batches)
+    # The writer goes on sharing transactions afterwards.
+    assert await asyncio.gather(*(writer.submit([heartbeat(n)]) for n in (7, 8))) == [[True]] * 2
+    assert store.batches[-1] == ["a7", "a8"]
+
+
+async def test_a_delivery_refused_alone_takes_its_own_batch_but_no_other_delivery() -> None:
+    store = Store(refuse="a2")
+    writer = BatchWriter(store.append_entries)
+    first, poisoned, last = (
+        [heartbeat(0), heartbeat(1)],
+        [heartbeat(2), heartbeat(3)],
+        [heartbeat(4)],
+    )
+    results = await asyncio.gather(
+        *(writer.submit(d) for d in (first, poisoned, last)), return_exceptions=True
+    )
+    assert results[0] == [True, True]
+    assert results[2] == [True]
+    assert isinstance(results[1], StoreRefused)  # a delivery is acknowledged as one
+
+
+async def test_the_store_going_down_while_deliveries_go_alone_fails_only_those_not_stored() -> None:
+    # The shared write and the first lone write succeed or fail as the database does: the
+    # refused one fails, then the database goes down before the rest are stored.
+    store = Store(refuse="a0", down_after=1)
+    writer = BatchWriter(store.append_entries)
+    results = await asyncio.gather(
+        *(writer.submit([e]) for e in map(heartbeat, range(4))), return_exceptions=True
+    )
+    assert isinstance(results[0], StoreRefused)
+    assert results[1] == [True]
+    assert all(isinstance(r, StoreUnavailable) for r in results[2:])

@@ -9,7 +9,7 @@ import yaml
 from shared.config import Settings
 from shared.errors import ConfigurationError
 from shared.exposure import check_exposure, is_loopback, same_token
-from shared.inputs import MAX_REASON, quote, shorten, unsafe_text
+from shared.inputs import MAX_REASON, cleaned, quote, shorten, unsafe_text
 from shared.manifests import read_yaml
 from shared.messages import EvaluationFailed
 
@@ -37,6 +37,14 @@ def test_a_long_reason_is_cut_saying_how_much_and_a_quote_is_short() -> None:
     assert len(quote("y" * 10_000)) <= 80
     failed = EvaluationFailed(evaluation_id="0" * 32, stage="predictor", reason="z" * 10**6)
     assert len(failed.reason) == MAX_REASON
+
+
+def test_text_from_a_server_is_cleaned_of_nul_and_lone_surrogates_and_a_reason_too() -> None:
+    assert cleaned("internal\x00error \ud800!") == "internal\ufffderror \ufffd!"
+    assert cleaned("fine \U0001f600") == "fine \U0001f600"
+    failed = EvaluationFailed(evaluation_id="0" * 32, stage="predictor", reason="HTTP 500: a\x00b")
+    assert failed.reason == "HTTP 500: a\ufffdb"
+    assert unsafe_text(failed.model_dump(mode="json")) is None
 
 
 def test_yaml_aliases_are_refused_and_nodes_are_counted() -> None:

@@ -113,11 +113,16 @@ def test_the_servers_metrics_are_read_as_prometheus_samples_bounded() -> None:
             'vllm:num_requests_running{model_name="smollm2"} 3.0',
             "vllm:gpu_cache_usage_perc 0.25 1700000000",
             "not a sample",
+            # A quantile with no observations yet: no consumer reads NaN or Infinity.
+            'vllm:e2e_request_latency_seconds{quantile="0.5"} NaN',
+            "vllm:queue_time_seconds_max +Inf",
+            "odd\x00name 1.0",
         ]
     )
     assert prometheus_values(text) == {
         'vllm:num_requests_running{model_name="smollm2"}': 3.0,
         "vllm:gpu_cache_usage_perc": 0.25,
+        "odd\ufffdname": 1.0,  # a server's text is kept, cleaned of what no store keeps
     }
     many = "\n".join(f"series_{i} {i}" for i in range(MAX_METRICS + 50))
     assert len(prometheus_values(many)) == MAX_METRICS

@@ -139,8 +139,11 @@ class EndpointBackend:
         # The checks, the metrics and the parity tokens go one at a time; the timed requests
         # through the load client, in one event loop (``paced``), each body made here.
         served = job.manifest.served_name
-        self._endpoint = connect(self.options, served, api=api)
-        self._load = load_client(self.options, served, api=api, streams=streams)
+        longest = scenario.max_duration_s
+        self._endpoint = connect(self.options, served, api=api, longest_phase_s=longest)
+        self._load = load_client(
+            self.options, served, api=api, streams=streams, longest_phase_s=longest
+        )
         self._prepared = [
             self._load.prepare(text, sampling)
             for text, sampling in zip(self._sent, self._samplings, strict=True)

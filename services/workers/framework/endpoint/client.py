@@ -21,6 +21,7 @@ a read timeout.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 
@@ -30,12 +31,14 @@ import orjson
 from services.workers.framework.endpoint.wire import (
     API,
     FAILURES,
+    Limits,
     Reading,
     Sampling,
     Streamed,
     request_body,
 )
 from shared.errors import ConfigurationError
+from shared.inputs import MAX_ITEMS, MAX_NAME, cleaned
 
 __all__ = [
     "API",
@@ -66,10 +69,12 @@ class Endpoint:
         timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 64,
+        request_limit_s: float = 120.0,
     ) -> None:
         self.url = url.rstrip("/")
         self.model = model
         self.api = api
+        self.request_limit_s = request_limit_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             base_url=self.url,
@@ -152,7 +157,8 @@ class Endpoint:
         (a W3C ``traceparent``, say), ``on_chunk`` hears of each chunk with content as it
         comes (how many so far)."""
         path, body = request_body(self.model, self.api, prompt, sampling)
-        reading = Reading(time.perf_counter_ns(), on_chunk)
+        limits = Limits(sampling.max_tokens, self.request_limit_s)
+        reading = Reading(time.perf_counter_ns(), on_chunk, limits)
         try:
             with self._client.stream(
                 "POST", path, content=orjson.dumps(body), headers=_json_headers(headers)
@@ -171,10 +177,11 @@ class Endpoint:
             return reading.ended("malformed", f"a chunk the API does not describe: {exc}")
 
     def _read(self, response: httpx.Response, reading: Reading) -> Streamed:
-        for line in response.iter_lines():
-            if (done := reading.line(self.api, line)) is not None:
+        # Blocks as they come, not lines: a line is held whole until its end, however long.
+        for block in response.iter_bytes():
+            if (done := reading.block(self.api, block)) is not None:
                 return done
-        return reading.read_to_its_end()
+        return reading.read_to_its_end(self.api)
 
 
 def _served(response: httpx.Response) -> list[str] | None:
@@ -187,16 +194,24 @@ def _served(response: httpx.Response) -> list[str] | None:
     data = listed.get("data") if isinstance(listed, dict) else None
     if not isinstance(data, list):
         return None
-    return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+    # Names as a worker announces them: cleaned and bounded as its announcement's contract
+    # is, so that a server's odd list cannot make the announcement unreadable (issue 42).
+    return [
+        cleaned(str(m["id"])[:MAX_NAME])
+        for m in data[:MAX_ITEMS]
+        if isinstance(m, dict) and "id" in m
+    ]
 
 
 def _json_headers(extra: Mapping[str, str] | None) -> dict[str, str]:
-    return {"Content-Type": "application/json", **(extra or {})}
+    # Uncompressed, as the load client reads it: the bounds count the bytes as they come.
+    return {"Content-Type": "application/json", "Accept-Encoding": "identity", **(extra or {})}
 
 
 def prometheus_values(text: str) -> dict[str, float]:
     """The samples of a Prometheus text exposition, ``name{labels}`` to value, the first
-    ``MAX_METRICS`` of them; comments and lines that are not samples are skipped."""
+    ``MAX_METRICS`` of them; comments, lines that are not samples and samples that are not
+    finite (``NaN``: a quantile with no observations yet) are skipped."""
     values: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
@@ -210,9 +225,11 @@ def prometheus_values(text: str) -> dict[str, float]:
         if not series or not fields:
             continue
         try:
-            values[series.strip()] = float(fields[0])
+            value = float(fields[0])
         except ValueError:
             continue
+        if math.isfinite(value):
+            values[cleaned(series.strip()[:MAX_NAME])] = value
         if len(values) >= MAX_METRICS:
             break
     return values

@@ -15,6 +15,7 @@ mid-stream ends that request with its kind and cause, keeping what arrived.
 
 from __future__ import annotations
 
+import asyncio
 import resource
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ import orjson
 
 from services.workers.framework.endpoint.wire import (
     API,
+    Limits,
     Reading,
     Sampling,
     Streamed,
@@ -40,10 +42,11 @@ _SPARE_FILES = 256
 
 @dataclass(frozen=True)
 class Prepared:
-    """One request's path and body, ready to send."""
+    """One request's path and body, ready to send, and the most its answer may take."""
 
     path: str
     body: bytes
+    limits: Limits
 
 
 class LoadClient:
@@ -60,11 +63,14 @@ class LoadClient:
         timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 64,
+        request_limit_s: float = 120.0,
     ) -> None:
         self.url = url.rstrip("/")
         self.model = model
         self.api = api
-        self._headers = {"Content-Type": "application/json"}
+        self.request_limit_s = request_limit_s
+        # Uncompressed: the answer is read as it comes, its bounds counted on its bytes.
+        self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._timeout = aiohttp.ClientTimeout(
@@ -75,7 +81,8 @@ class LoadClient:
 
     def prepare(self, prompt: str, sampling: Sampling) -> Prepared:
         path, body = request_body(self.model, self.api, prompt, sampling)
-        return Prepared(self.url + path, orjson.dumps(body))
+        limits = Limits(sampling.max_tokens, self.request_limit_s)
+        return Prepared(self.url + path, orjson.dumps(body), limits)
 
     async def __aenter__(self) -> LoadClient:
         _allow_open_files(self._max_connections + _SPARE_FILES)
@@ -109,19 +116,16 @@ class LoadClient:
         session = self._session
         assert session is not None, "used within async with"
         sent = {**self._headers, **headers} if headers else self._headers
-        reading = Reading(time.perf_counter_ns(), on_chunk)
+        reading = Reading(time.perf_counter_ns(), on_chunk, request.limits)
         try:
-            async with session.post(
-                request.path, data=request.body, headers=sent, trace_request_ctx=reading
-            ) as response:
-                if response.status != 200:
-                    detail = (await response.content.read(512)).decode(errors="replace")
-                    return reading.ended("http_error", f"HTTP {response.status}: {detail}")
-                async for line in response.content:
-                    if (done := reading.line(self.api, line)) is not None:
-                        return done
-                return reading.read_to_its_end()
+            # The whole request bounded too, for a server that sends nothing after its
+            # headers: a read timeout alone would wait for as long as bytes keep coming.
+            async with asyncio.timeout(request.limits.total_s):
+                return await self._read(session, request, sent, reading)
         except TimeoutError as exc:
+            elapsed_s = (time.perf_counter_ns() - reading.issued_ns) / 1e9
+            if elapsed_s >= request.limits.total_s:
+                return reading.overlong()
             return reading.ended("timeout", repr(exc))
         except aiohttp.ClientConnectorError as exc:
             return reading.ended("refused", str(exc))
@@ -129,6 +133,25 @@ class LoadClient:
             return reading.ended("disconnected", str(exc) or repr(exc))
         except (ValueError, TypeError) as exc:  # orjson's errors are ValueErrors
             return reading.ended("malformed", f"a chunk the API does not describe: {exc}")
+
+    async def _read(
+        self,
+        session: aiohttp.ClientSession,
+        request: Prepared,
+        headers: Mapping[str, str],
+        reading: Reading,
+    ) -> Streamed:
+        async with session.post(
+            request.path, data=request.body, headers=headers, trace_request_ctx=reading
+        ) as response:
+            if response.status != 200:
+                detail = (await response.content.read(512)).decode(errors="replace")
+                return reading.ended("http_error", f"HTTP {response.status}: {detail}")
+            # Blocks as they come, not lines: aiohttp holds a line whole until its end.
+            async for block in response.content.iter_any():
+                if (done := reading.block(self.api, block)) is not None:
+                    return done
+            return reading.read_to_its_end(self.api)
 
 
 async def _sent(

@@ -43,30 +43,50 @@ def described_endpoint(options: EndpointOptions) -> dict[str, Any]:
     return {"endpoint": {"url": public_url(options.url or ""), "models": models}}
 
 
-def connect(options: EndpointOptions, model: str, *, api: API = "completions") -> Endpoint:
+def connect(
+    options: EndpointOptions,
+    model: str,
+    *,
+    api: API = "completions",
+    longest_phase_s: float | None = None,
+) -> Endpoint:
     """A blocking client of the server, for one request at a time (the checks, the metrics,
-    the parity tokens)."""
-    url, settings = _client_settings(options, streams=1)
+    the parity tokens); ``longest_phase_s``: the scenario's (``request_limit_s``)."""
+    url, settings = _client_settings(options, 1, longest_phase_s)
     return Endpoint(url, model, api=api, **settings)
 
 
-def load_client(options: EndpointOptions, model: str, *, api: API, streams: int) -> LoadClient:
+def load_client(
+    options: EndpointOptions, model: str, *, api: API, streams: int, longest_phase_s: float
+) -> LoadClient:
     """The timed requests' client of the server, for ``streams`` requests at once."""
-    url, settings = _client_settings(options, streams)
+    url, settings = _client_settings(options, streams, longest_phase_s)
     return LoadClient(url, model, api=api, **settings)
 
 
-def _client_settings(options: EndpointOptions, streams: int) -> tuple[str, dict[str, Any]]:
+def request_limit_s(options: EndpointOptions, longest_phase_s: float) -> float:
+    """The most one request may take: the longest phase it can belong to and one chunk
+    timeout beyond. A request still answering then is one no phase waits for, and one byte a
+    second would otherwise hold the worker and its device until the framework's deadline."""
+    return longest_phase_s + options.timeout_s
+
+
+def _client_settings(
+    options: EndpointOptions, streams: int, longest_phase_s: float | None
+) -> tuple[str, dict[str, Any]]:
     """The server's URL and what either client takes from the options, for ``streams``
     requests at once."""
     if not options.url:
         raise ConfigurationError(unusable(options) or "no endpoint")
-    return options.url, {
+    settings: dict[str, Any] = {
         "api_key": options.api_key,
         "timeout_s": options.timeout_s,
         "connect_timeout_s": options.connect_timeout_s,
         "max_connections": max(streams, 1),
     }
+    if longest_phase_s is not None:
+        settings["request_limit_s"] = request_limit_s(options, longest_phase_s)
+    return options.url, settings
 
 
 def local_server(url: str) -> psutil.Process | None:

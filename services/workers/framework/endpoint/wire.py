@@ -1,7 +1,15 @@
 """The OpenAI streaming API as both clients speak it (``client``, blocking, for the checks
 and the parity tokens; ``load``, asynchronous, for the timed requests): what a request asks
 (``Sampling``), the body it posts, how each server-sent event of the answer is read, and one
-request as it went (``Streamed``)."""
+request as it went (``Streamed``).
+
+An answer is bounded as it is read, each bound a failure kind of its own and counted as data
+(issue 42): ``overlong``, a request past its time (``Limits.total_s``: the scenario's longest
+phase and one chunk timeout beyond it, so one byte a second cannot hold a worker for the
+framework's deadline); ``oversized``, an answer past what the tokens asked could make (its
+bytes, its chunks, its text, or one line over ``MAX_LINE_BYTES``), so a server streaming
+forever or one huge chunk costs a bounded amount of memory, and the text the tokenizer counts
+is bounded too."""
 
 from __future__ import annotations
 
@@ -12,10 +20,14 @@ from typing import Any, Literal
 
 import orjson
 
+from shared.inputs import MAX_NAME, cleaned
+
 __all__ = [
     "API",
     "FAILURES",
+    "MAX_LINE_BYTES",
     "Failure",
+    "Limits",
     "Reading",
     "Sampling",
     "Streamed",
@@ -35,10 +47,30 @@ FAILURES = (
     "malformed",
     "server_error",
     "truncated",
+    "oversized",
+    "overlong",
 )
 Failure = Literal[
-    "http_error", "timeout", "refused", "disconnected", "malformed", "server_error", "truncated"
+    "http_error",
+    "timeout",
+    "refused",
+    "disconnected",
+    "malformed",
+    "server_error",
+    "truncated",
+    "oversized",
+    "overlong",
 ]
+
+# One server-sent event line at most: a chunk of a token or a few is a few hundred bytes.
+MAX_LINE_BYTES = 1024**2
+# What one asked token may bring at most, beside a fixed allowance for the answer's own
+# events (the role, the usage, [DONE]): generous for any server's chunk of one token (vLLM's
+# is ~250 bytes), far below what a server streaming forever sends.
+_BYTES_PER_TOKEN = 16 * 1024
+_CHARS_PER_TOKEN = 64
+_CHUNKS_PER_TOKEN = 2
+_ALLOWANCE = 16
 
 # The bias that keeps a token out of a sampled or greedy output (OpenAI's bound).
 _EXCLUDED = -100
@@ -56,6 +88,27 @@ class Sampling:
     top_k: int | None = None
     seed: int | None = None
     eos_token_ids: Sequence[int] = ()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The most one answer may take: ``total_s`` from its send to its end, and, for
+    ``max_tokens`` asked, its bytes, its chunks with content and its text."""
+
+    max_tokens: int
+    total_s: float
+
+    @property
+    def max_bytes(self) -> int:
+        return _BYTES_PER_TOKEN * (self.max_tokens + _ALLOWANCE)
+
+    @property
+    def max_chunks(self) -> int:
+        return _CHUNKS_PER_TOKEN * self.max_tokens + _ALLOWANCE
+
+    @property
+    def max_chars(self) -> int:
+        return _CHARS_PER_TOKEN * (self.max_tokens + _ALLOWANCE)
 
 
 @dataclass(frozen=True)
@@ -91,42 +144,90 @@ class Streamed:
 
 @dataclass
 class Reading:
-    """One request's answer as it arrives."""
+    """One request's answer as it arrives, within ``limits``."""
 
     issued_ns: int
     on_chunk: Callable[[int], None] | None
+    limits: Limits
     chunk_ns: list[int] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
+    chars: int = 0
+    received: int = 0
+    partial: bytes = b""
     finish: str | None = None
     usage: Mapping[str, Any] = field(default_factory=dict)
 
     def chunk(self, text: str) -> None:
         self.chunk_ns.append(time.perf_counter_ns())
         self.pieces.append(text)
+        self.chars += len(text)
         if self.on_chunk is not None:
             self.on_chunk(len(self.chunk_ns))
 
-    def took(self, api: API, data: Mapping[str, Any]) -> str | None:
-        """Take one event of the answer; the server's error, where it sent one."""
+    def took(self, api: API, data: Mapping[str, Any]) -> tuple[Failure, str] | None:
+        """Take one event of the answer; how it failed, where the server sent its error or
+        the answer grew past its limits."""
         if "error" in data:
-            return str(data["error"])[:512]
+            return "server_error", str(data["error"])[:512]
         self.usage = data.get("usage") or self.usage
         text, reason = content(api, data)
         if text:
             self.chunk(text)
+            limits = self.limits
+            if len(self.chunk_ns) > limits.max_chunks:
+                return "oversized", (
+                    f"over {limits.max_chunks} chunks with content, more than the "
+                    f"{limits.max_tokens} tokens asked could make"
+                )
+            if self.chars > limits.max_chars:
+                return "oversized", (
+                    f"over {limits.max_chars} characters of text, more than the "
+                    f"{limits.max_tokens} tokens asked could make"
+                )
         self.finish = reason or self.finish
         return None
 
+    def block(self, api: API, data: bytes) -> Streamed | None:
+        """Take the next bytes of the answer, as they came off the connection; the request
+        as it went once they end it, or take it past its limits."""
+        limits = self.limits
+        self.received += len(data)
+        if self.received > limits.max_bytes:
+            return self.ended(
+                "oversized",
+                f"over {limits.max_bytes} bytes, more than the {limits.max_tokens} tokens "
+                "asked could make",
+            )
+        if time.perf_counter_ns() - self.issued_ns > limits.total_s * 1e9:
+            return self.overlong()
+        lines = (self.partial + data if self.partial else data).split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            if (done := self.line(api, line)) is not None:
+                return done
+        if len(self.partial) > MAX_LINE_BYTES:
+            return self.ended("oversized", f"an event line over {MAX_LINE_BYTES} bytes")
+        return None
+
+    def overlong(self) -> Streamed:
+        return self.ended(
+            "overlong",
+            f"still answering after {self.limits.total_s:g} s, the most a request may take (the "
+            "scenario's max_duration_s and one DLSCOPE_ENDPOINT_TIMEOUT_S)",
+        )
+
     def ended(self, failure: Failure | None = None, cause: str | None = None) -> Streamed:
+        # What the server said is kept as data, cleaned of what no consumer reads (a NUL in
+        # its error body would make the whole measurement unpublishable, issue 42).
         return Streamed(
             issued_ns=self.issued_ns,
             chunk_ns=self.chunk_ns,
             text="".join(self.pieces),
-            finish_reason=self.finish,
+            finish_reason=None if self.finish is None else cleaned(self.finish[:MAX_NAME]),
             prompt_tokens=_count(self.usage.get("prompt_tokens")),
             completion_tokens=_count(self.usage.get("completion_tokens")),
             failure=failure,
-            cause=cause,
+            cause=None if cause is None else cleaned(cause),
             completed_ns=time.perf_counter_ns(),
         )
 
@@ -139,13 +240,17 @@ class Reading:
             return None
         if data is None:
             return self.ended()
-        if (error := self.took(api, data)) is not None:
-            return self.ended("server_error", error)
+        if (failed := self.took(api, data)) is not None:
+            return self.ended(*failed)
         return None
 
-    def read_to_its_end(self) -> Streamed:
+    def read_to_its_end(self, api: API) -> Streamed:
         """The answer once its stream closed without ``[DONE]``: fine once the server said
         why it finished; otherwise it went away mid-answer."""
+        if self.partial:  # a last line without its newline
+            line, self.partial = self.partial, b""
+            if (done := self.line(api, line)) is not None:
+                return done
         if self.finish is None:
             return self.ended("disconnected", "the stream ended before the answer did")
         return self.ended()
