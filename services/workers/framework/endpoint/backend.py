@@ -47,6 +47,7 @@ from services.workers.framework.ports import Generated, Prompts
 from services.workers.handover import EndpointOptions, JobInputs, Tracing
 from shared.datasets import Dataset
 from shared.errors import PredictorError
+from shared.inputs import shorten
 from shared.manifests import ChatTemplateStep
 from shared.measurement.finish import TRUNCATED, truncation
 from shared.measurement.paced import MAX_IN_FLIGHT
@@ -247,7 +248,7 @@ class EndpointBackend:
         before, note = self._before
         failures, causes = _failures(failed)
         served = ServedRun(
-            url=public_url(endpoint.url),
+            url=endpoint.shown,
             model=endpoint.model,
             api=endpoint.api,
             failures=failures,
@@ -255,7 +256,7 @@ class EndpointBackend:
             client_lag_ns=lags_ns,
             metrics_before=before,
             metrics_after=after,
-            metrics_note=note,
+            metrics_note=None if note is None else shorten(note, 512),
             server_process=None if server is None else f"pid {server.pid} ({process_name(server)})",
         )
         return record.model_copy(update={"timed": "chunk", "served": served})

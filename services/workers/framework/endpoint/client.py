@@ -37,6 +37,7 @@ from services.workers.framework.endpoint.wire import (
     Streamed,
     request_body,
 )
+from shared.credentials import public_url, scrubbed, secrets_of
 from shared.errors import ConfigurationError
 from shared.inputs import MAX_ITEMS, MAX_NAME, cleaned
 
@@ -72,6 +73,9 @@ class Endpoint:
         request_limit_s: float = 120.0,
     ) -> None:
         self.url = url.rstrip("/")
+        # The URL as messages show it, and what they must never quote (issue 42).
+        self.shown = public_url(self.url)
+        self._secrets = secrets_of(self.url, api_key)
         self.model = model
         self.api = api
         self.request_limit_s = request_limit_s
@@ -100,7 +104,7 @@ class Endpoint:
         models = self.models()
         if self.model not in models:
             raise ConfigurationError(
-                f"the endpoint {self.url} does not serve {self.model!r}; it serves "
+                f"the endpoint {self.shown} does not serve {self.model!r}; it serves "
                 f"{', '.join(models) or 'no model'}"
             )
         return models
@@ -108,15 +112,15 @@ class Endpoint:
     def models(self) -> list[str]:
         """The models the server lists through the OpenAI API; a ``ConfigurationError``
         naming what is wrong when it cannot be asked."""
-        where = f"the endpoint {self.url}"
+        where = f"the endpoint {self.shown}"
         try:
             response = self._client.get("/models")
         except httpx.ConnectError as exc:
-            raise ConfigurationError(f"{where} cannot be reached: {exc}") from exc
+            raise ConfigurationError(f"{where} cannot be reached: {self._quoted(exc)}") from exc
         except httpx.TimeoutException as exc:
-            raise ConfigurationError(f"{where} did not answer: {exc!r}") from exc
+            raise ConfigurationError(f"{where} did not answer: {self._quoted(exc)}") from exc
         except httpx.HTTPError as exc:
-            raise ConfigurationError(f"{where} failed: {exc!r}") from exc
+            raise ConfigurationError(f"{where} failed: {self._quoted(exc)}") from exc
         if response.status_code in (401, 403):
             raise ConfigurationError(
                 f"{where} refused the API key (HTTP {response.status_code}); set the key its "
@@ -125,7 +129,7 @@ class Endpoint:
         models = _served(response)
         if models is None:
             raise ConfigurationError(
-                f"{where} is not an OpenAI-compatible API: GET {self.url}/models answered "
+                f"{where} is not an OpenAI-compatible API: GET {self.shown}/models answered "
                 f"HTTP {response.status_code} without a model list"
             )
         return models
@@ -134,14 +138,17 @@ class Endpoint:
         """The server's own Prometheus metrics (``/metrics`` beside the API root: queue
         lengths, KV-cache use, preemptions on vLLM), at most ``MAX_METRICS`` series; or None
         and why not, for a server without them."""
-        root = self.url.removesuffix("/v1")
+        root, shown = self.url.removesuffix("/v1"), self.shown.removesuffix("/v1")
         try:
             response = self._client.get(f"{root}/metrics", timeout=_METRICS_TIMEOUT_S)
         except httpx.HTTPError as exc:
-            return None, f"GET {root}/metrics failed: {exc!r}"
+            return None, f"GET {shown}/metrics failed: {self._quoted(exc)}"
         if response.status_code != 200:
             status = response.status_code
-            return None, f"the server has no Prometheus metrics (GET {root}/metrics: HTTP {status})"
+            return (
+                None,
+                f"the server has no Prometheus metrics (GET {shown}/metrics: HTTP {status})",
+            )
         return prometheus_values(response.text), None
 
     def stream(
@@ -158,7 +165,7 @@ class Endpoint:
         comes (how many so far)."""
         path, body = request_body(self.model, self.api, prompt, sampling)
         limits = Limits(sampling.max_tokens, self.request_limit_s)
-        reading = Reading(time.perf_counter_ns(), on_chunk, limits)
+        reading = Reading(time.perf_counter_ns(), on_chunk, limits, self._secrets)
         try:
             with self._client.stream(
                 "POST", path, content=orjson.dumps(body), headers=_json_headers(headers)
@@ -175,6 +182,10 @@ class Endpoint:
             return reading.ended("disconnected", str(exc) or repr(exc))
         except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
             return reading.ended("malformed", f"a chunk the API does not describe: {exc}")
+
+    def _quoted(self, exc: Exception) -> str:
+        """An HTTP library's error as a message may quote it: its secrets hidden."""
+        return scrubbed(cleaned(repr(exc) if not str(exc) else str(exc)), self._secrets)
 
     def _read(self, response: httpx.Response, reading: Reading) -> Streamed:
         # Blocks as they come, not lines: a line is held whole until its end, however long.

@@ -33,6 +33,7 @@ from services.workers.framework.endpoint.wire import (
     Streamed,
     request_body,
 )
+from shared.credentials import secrets_of
 
 __all__ = ["LoadClient", "Prepared"]
 
@@ -69,6 +70,7 @@ class LoadClient:
         self.model = model
         self.api = api
         self.request_limit_s = request_limit_s
+        self._secrets = secrets_of(self.url, api_key)
         # Uncompressed: the answer is read as it comes, its bounds counted on its bytes.
         self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
         if api_key:
@@ -116,7 +118,7 @@ class LoadClient:
         session = self._session
         assert session is not None, "used within async with"
         sent = {**self._headers, **headers} if headers else self._headers
-        reading = Reading(time.perf_counter_ns(), on_chunk, request.limits)
+        reading = Reading(time.perf_counter_ns(), on_chunk, request.limits, self._secrets)
         try:
             # The whole request bounded too, for a server that sends nothing after its
             # headers: a read timeout alone would wait for as long as bytes keep coming.

@@ -16,6 +16,7 @@ import psutil
 from services.workers.framework.endpoint.client import API, Endpoint
 from services.workers.framework.endpoint.load import LoadClient
 from services.workers.handover import EndpointOptions
+from shared.credentials import public_url
 from shared.errors import ConfigurationError
 
 __all__ = ["API_VERSION", "connect", "described_endpoint", "local_server", "public_url", "unusable"]
@@ -27,11 +28,16 @@ _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def unusable(options: EndpointOptions) -> str | None:
-    """Why this worker can measure nothing: no endpoint named."""
+    """Why this worker can measure nothing: no endpoint named, or two credentials for it."""
     if not options.url:
         return (
             "no endpoint to measure: start the worker with --endpoint URL (an OpenAI-compatible "
             "API root, e.g. http://127.0.0.1:8000/v1), or set DLSCOPE_ENDPOINT_URL"
+        )
+    if options.api_key and urlsplit(options.url).password is not None:
+        return (
+            f"the endpoint {public_url(options.url)} is given a password in its URL and an API "
+            "key (DLSCOPE_ENDPOINT_API_KEY): both would be its Authorization header; give one"
         )
     return None
 
@@ -76,8 +82,8 @@ def _client_settings(
 ) -> tuple[str, dict[str, Any]]:
     """The server's URL and what either client takes from the options, for ``streams``
     requests at once."""
-    if not options.url:
-        raise ConfigurationError(unusable(options) or "no endpoint")
+    if (why := unusable(options)) is not None or not options.url:
+        raise ConfigurationError(why or "no endpoint")
     settings: dict[str, Any] = {
         "api_key": options.api_key,
         "timeout_s": options.timeout_s,
@@ -112,10 +118,3 @@ def process_name(process: psutil.Process) -> str:
         return process.name()
     except psutil.Error:
         return "gone"
-
-
-def public_url(url: str) -> str:
-    """``url`` without any user or password in it: what events and pages may show."""
-    scheme, sep, rest = url.partition("://")
-    host, slash, path = rest.partition("/")
-    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import orjson
 
+from shared.credentials import scrubbed
 from shared.inputs import MAX_NAME, cleaned
 
 __all__ = [
@@ -144,11 +145,13 @@ class Streamed:
 
 @dataclass
 class Reading:
-    """One request's answer as it arrives, within ``limits``."""
+    """One request's answer as it arrives, within ``limits``; ``secrets`` (the endpoint's
+    password and key) are hidden in its cause, whoever quotes them."""
 
     issued_ns: int
     on_chunk: Callable[[int], None] | None
     limits: Limits
+    secrets: tuple[str, ...] = ()
     chunk_ns: list[int] = field(default_factory=list)
     pieces: list[str] = field(default_factory=list)
     chars: int = 0
@@ -227,7 +230,7 @@ class Reading:
             prompt_tokens=_count(self.usage.get("prompt_tokens")),
             completion_tokens=_count(self.usage.get("completion_tokens")),
             failure=failure,
-            cause=None if cause is None else cleaned(cause),
+            cause=None if cause is None else scrubbed(cleaned(cause), self.secrets),
             completed_ns=time.perf_counter_ns(),
         )
 
