@@ -109,6 +109,11 @@ class Settings(BaseSettings):
     # Folders whose files a manifest registered over HTTP or AMQP may name by path (as
     # os.pathsep-separated paths, like PATH). Empty: none; files are uploaded instead.
     registry_source_roots: Annotated[tuple[Path, ...], NoDecode] = ()
+    # The hosts (name or name:port, comma-separated) whose http(s):// URLs such a manifest may
+    # name. Empty: any host but this network's own (loopback, private and link-local
+    # addresses, localhost), which a worker would otherwise be pointed at, its status codes
+    # reported back (issue 42).
+    registry_source_hosts: Annotated[tuple[str, ...], NoDecode] = ()
     # What the registry's artifact server takes (and workers send) instead of the API token,
     # so that worker hosts, which only fetch files, never hold the token that writes.
     artifact_token: str | None = None
@@ -190,6 +195,13 @@ class Settings(BaseSettings):
     def _roots_are_paths(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(Path(p) for p in value.split(os.pathsep) if p.strip())
+        return value
+
+    @field_validator("registry_source_hosts", mode="before")
+    @classmethod
+    def _hosts_are_listed(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(h.strip().lower() for h in value.split(",") if h.strip())
         return value
 
     @field_validator("registry_source_roots")

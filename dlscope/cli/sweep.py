@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -51,13 +52,21 @@ _WHAT: dict[Over, str] = {
 }
 
 
+# Levels one sweep takes at most: each is an evaluation, run one after another (an
+# experiment's models and a request's batch sizes are bounded alike).
+MAX_LEVELS = 64
+
+
 def _levels(text: str, over: Over) -> list[float]:
     kind = float if over == "rate" else int
+    parts = [part for part in text.split(",") if part.strip()]
+    if len(parts) > MAX_LEVELS:
+        raise fail(f"--levels takes at most {MAX_LEVELS} levels, not {len(parts)}", 2)
     try:
-        levels = [kind(part) for part in text.split(",") if part.strip()]
+        levels = [kind(part) for part in parts]
     except ValueError:
         levels = []
-    if not levels or any(level <= 0 for level in levels):
+    if not levels or any(not math.isfinite(level) or level <= 0 for level in levels):
         raise fail(f"--levels takes {_WHAT[over]} separated by commas, not {text!r}", 2)
     return levels
 

@@ -28,6 +28,7 @@ __all__ = [
     "context_of",
     "publish",
     "resolve",
+    "status_path",
 ]
 
 # The longest an HTTP request waits for the broker to take a message. The broker's own
@@ -172,3 +173,11 @@ def _check_connected(context: GatewayContext) -> None:
     # A broker known to be away (aio-pika is reconnecting) fails the request at once.
     if not context.bus.is_connected:
         raise BrokerUnavailable("the broker is unavailable (reconnecting); try again shortly")
+
+
+def status_path(request: Request, route: str, **params: object) -> str:
+    """Where an accepted request's state is read: a path on this gateway, not a URL built
+    from the request's Host header, which any client writes (a 202 pointing elsewhere would
+    send the next request, its token with it, to whoever the header names; issue 42)."""
+    path = request.app.url_path_for(route, **params)
+    return f"{request.scope.get('root_path', '')}{path}"

@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from opentelemetry import trace
 
 from services.gateway.auth import UNAUTHORIZED, require_token
-from services.gateway.context import GatewayContext, context_of, publish, resolve
+from services.gateway.context import GatewayContext, context_of, publish, resolve, status_path
 from services.gateway.schemas import (
     ONE_EVALUATION_CONCURRENT,
     EvaluationAccepted,
@@ -99,7 +99,7 @@ async def create_evaluation(
         id=evaluation_id,
         trace_id=trace_id,
         trace_url=context.settings.trace_url(trace_id),
-        status_url=str(request.url_for("get_evaluation", evaluation_id=evaluation_id)),
+        status_url=status_path(request, "get_evaluation", evaluation_id=evaluation_id),
         warnings=[ONE_EVALUATION_CONCURRENT] if body.concurrent else [],
     )
 

@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from services.gateway.auth import UNAUTHORIZED, require_token
-from services.gateway.context import GatewayContext, context_of, publish, resolve
+from services.gateway.context import GatewayContext, context_of, publish, resolve, status_path
 from services.gateway.schemas import Limit, NotFound, Offset, Unreadable
 from shared.errors import ModelNotFound
 from shared.eventstore import EvaluationView, ExperimentStatus, ExperimentView
@@ -207,7 +207,7 @@ async def create_experiment(
         models=requested.models,
         trace_id=trace_id,
         trace_url=context.settings.trace_url(trace_id),
-        status_url=str(request.url_for("get_experiment", experiment_id=experiment_id)),
+        status_url=status_path(request, "get_experiment", experiment_id=experiment_id),
     )
 
 

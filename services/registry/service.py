@@ -75,7 +75,8 @@ class RegistryService:
         settings = runtime.settings
         self.store = ArtifactCache(settings.resolved_artifact_store, settings.artifact_limits)
         self.policy = SourcePolicy(
-            roots=(*settings.registry_source_roots, settings.resolved_artifact_store)
+            roots=(*settings.registry_source_roots, settings.resolved_artifact_store),
+            hosts=settings.registry_source_hosts,
         )
         # Only a registry on an in-process broker hears from its local user alone: on a
         # shared broker, a message that says "local" could come from anyone.

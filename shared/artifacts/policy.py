@@ -6,7 +6,11 @@ the registry's host, so its manifest may name only:
 - files it uploads with the registration (the registry keeps them, by sha256, in its store);
 - ``pkg://<package>/<path>`` resources that stay inside their installed package once the
   path is normalised and its links followed;
-- ``http://`` and ``https://`` URLs, which workers download and verify;
+- ``http://`` and ``https://`` URLs, which workers download and verify: of the hosts the
+  operator lists (``DLSCOPE_REGISTRY_SOURCE_HOSTS``), or, with none listed, of any host but
+  the registry's own network (loopback, private and link-local addresses, ``localhost``),
+  which a registration would otherwise point a worker at, and learn from its failure what
+  answers there;
 - paths under folders the operator lists (``DLSCOPE_REGISTRY_SOURCE_ROOTS``, empty by
   default), links followed.
 
@@ -22,6 +26,7 @@ log from before this check (or one registered locally) never makes it serve anyt
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,16 +47,20 @@ def is_upload(uri: str) -> bool:
 @dataclass(frozen=True)
 class SourcePolicy:
     """The rule for one registry. ``roots``: folders whose files may be named by path (the
-    operator's, and the registry's own upload store); ``local_paths``: any path (a local
+    operator's, and the registry's own upload store); ``hosts``: the hosts whose URLs may be
+    named (empty: any outside this network); ``local_paths``: any path and any host (a local
     user's own registration)."""
 
     roots: tuple[Path, ...] = ()
     local_paths: bool = False
+    hosts: tuple[str, ...] = ()
 
     def check(self, uri: str, *, what: str = "a source") -> None:
         """Raise ``ArtifactError`` unless ``uri`` may be named; reads nothing but links."""
         parsed = urlparse(uri)
         if is_remote(uri):
+            if not self.local_paths:
+                self._trusted_host(uri)
             return
         if parsed.scheme == "pkg":
             self._inside_package(uri)
@@ -85,6 +94,24 @@ class SourcePolicy:
             return False
         return not is_remote(uri)
 
+    def _trusted_host(self, uri: str) -> None:
+        parsed = urlparse(uri)
+        host = (parsed.hostname or "").lower()
+        if self.hosts:
+            if host in self.hosts or parsed.netloc.rpartition("@")[2].lower() in self.hosts:
+                return
+            raise ArtifactError(
+                f"{uri}: {host or 'no host'} is not among the hosts a registration may name "
+                "(DLSCOPE_REGISTRY_SOURCE_HOSTS); upload the file with the registration instead"
+            )
+        if _inside_this_network(host):
+            raise ArtifactError(
+                f"{uri}: {host or 'no host'} is an address of the registry's own network, "
+                "which a registration may not point workers at; upload the file with the "
+                "registration, or have the operator list the host in "
+                "DLSCOPE_REGISTRY_SOURCE_HOSTS"
+            )
+
     @staticmethod
     def _inside_package(uri: str) -> None:
         package = urlparse(uri).netloc
@@ -92,6 +119,18 @@ class SourcePolicy:
             raise ArtifactError(f"{uri}: {package!r} is not the name of a Python package")
         # locate() refuses a path that leaves its package, links followed.
         locate(uri)
+
+
+def _inside_this_network(host: str) -> bool:
+    """Whether ``host`` names this machine or its private network: by name (localhost) or
+    as an address that is not a public one (loopback, private, link-local, unspecified)."""
+    if not host or host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False  # a name: resolved by the worker, where the operator's DNS applies
+    return not address.is_global
 
 
 def _within(path: Path, root: Path) -> bool:

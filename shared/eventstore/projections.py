@@ -266,11 +266,17 @@ def agent_key(event: StoredEvent) -> str | None:
     return None if payload is None else payload.agent_id
 
 
-def evolve_agent(current: AgentView | None, event: StoredEvent) -> AgentView:
-    """The agent after ``event`` (``current`` is None for one not seen before)."""
+def evolve_agent(current: AgentView | None, event: StoredEvent) -> AgentView | None:
+    """The agent after ``event`` (``current`` is None for one not seen before); None for an
+    event that cannot introduce an agent not seen before: an offline notice, or a heartbeat
+    that does not say what the agent runs. A worker's heartbeat always says it (so one whose
+    announcement was missed is still listed); one that does not is no worker's, and would
+    list an agent that does not exist (issue 42)."""
     payload = read_as(event, _AGENT_EVENTS)
     if payload is None:
         raise ValueError(f"event {event.event_id} ({event.type}) is about no agent")
+    if current is None and not _introduces(payload):
+        return None
     row = current or AgentView(
         agent_id=payload.agent_id,
         host=None,
@@ -299,6 +305,14 @@ def evolve_agent(current: AgentView | None, event: StoredEvent) -> AgentView:
         updated_at=max(row.updated_at, event.occurred_at),
         last_position=event.position,
     )
+
+
+def _introduces(payload: AgentEvent) -> bool:
+    if isinstance(payload, AgentOnline):
+        return True
+    if isinstance(payload, AgentHeartbeat):
+        return payload.framework is not None and payload.hardware is not None
+    return False
 
 
 def _seen(row: AgentView, event: StoredEvent) -> datetime:

@@ -620,16 +620,30 @@ async def test_an_agent_is_followed_online_busy_and_offline(store: EventStore) -
     assert (await agent(store, "agent-gpu-1")).status == "online"
 
 
-async def test_a_heartbeat_from_an_unannounced_agent_makes_it_known(store: EventStore) -> None:
-    # Given a heartbeat from an agent whose announcement was missed
+async def test_a_heartbeat_or_offline_notice_saying_nothing_of_an_unknown_agent_lists_none(
+    store: EventStore,
+) -> None:
+    # Given a heartbeat and an offline notice from an agent nobody has heard of, neither
+    # saying what it runs (no worker's: a worker's heartbeat always says it)
     await store.append([Agent("agent-x").heartbeat(at(3), busy=True)])
+    await store.append(
+        [
+            event(
+                AgentOffline(agent_id="agent-z", reason="gone"),
+                stream_id=agent_stream("agent-z"),
+                correlation_id=uuid.uuid4(),
+                when=at(3),
+            )
+        ]
+    )
 
-    # Then it is listed online and busy, its details unknown until it announces itself
-    view = await agent(store, "agent-x")
-    assert (view.status, view.busy, view.host, view.last_seen) == ("online", True, None, at(3))
+    # Then no agent is listed for them: no phantom agents
+    assert {view.agent_id for view in await store.list_agents()} == set()
+    # and the agent announcing itself is listed, its heartbeats counted from then on
     await store.append([Agent("agent-x").online(at(4))])
+    await store.append([Agent("agent-x").heartbeat(at(5), busy=True)])
     view = await agent(store, "agent-x")
-    assert (view.host, view.busy) == ("bench-1", True)
+    assert (view.status, view.host, view.busy, view.last_seen) == ("online", "bench-1", True, at(5))
 
 
 async def test_a_heartbeat_that_says_who_it_is_fills_a_missed_announcement(

@@ -205,7 +205,7 @@ async def test_one_request_evaluates_the_model_on_every_framework_and_compares_t
         {"model": "linear", "version": "==1.0.0"},
         {"model": "linear-torch", "version": "==1.0.0"},
     ]
-    assert accepted["status_url"].endswith(f"/v1/experiments/{accepted['id']}")
+    assert accepted["status_url"] == f"/v1/experiments/{accepted['id']}"
 
     experiment = await experiment_outcome(stack.http, accepted["id"])
     assert experiment["status"] == "compared", experiment["error"]

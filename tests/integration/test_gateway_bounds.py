@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from harness.waiting import evaluation_outcome
 from tests.integration.conftest import Stack
 
 # One stack a module (tests/integration/conftest.py): these tests store nothing but the
@@ -208,6 +209,23 @@ async def test_an_integer_no_column_holds_is_a_422_naming_its_field(any_stack: S
         assert response.status_code == 422, (scenario, response.text)
         assert loc in [error["loc"] for error in response.json()["detail"]], response.text
     assert await stored_evaluations(any_stack) == before
+
+
+async def test_where_to_follow_an_accepted_request_ignores_the_host_header(
+    any_stack: Stack,
+) -> None:
+    # A client writes the Host header: a 202 must not send the next request, with its
+    # token, to whoever it names.
+    body = {"model": "squeezenet", "framework": "onnxruntime", "scenario": {"iterations": 1}}
+    response = await any_stack.http.post(
+        "/v1/evaluations", json=body, headers={"Host": "attacker.example"}
+    )
+    assert response.status_code == 202, response.text
+    accepted = response.json()
+    assert accepted["status_url"] == f"/v1/evaluations/{accepted['id']}"
+    assert "attacker" not in response.text
+    # Followed where it says, it ends; and it is in no other test's count of evaluations.
+    assert (await evaluation_outcome(any_stack.http, accepted["id"]))["status"] == "completed"
 
 
 async def test_a_refused_request_leaves_the_gateway_serving(any_stack: Stack) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from harness.waiting import eventually
 from shared.eventstore import EventStore
-from shared.messages import Envelope, Topology, encode
+from shared.messages import Envelope, EvaluationRequested, Topology, encode
 from tests.integration.conftest import STACKS, Stack
 
 # A durable-queue, fresh-database stack of every service: RabbitMQ's dead-letter queue is the
@@ -138,3 +138,61 @@ async def test_poison_on_every_exchange_is_dead_lettered_and_makes_no_evaluation
         if ours & set(UUID.findall(f"{event.event_id} {event.stream_id} {event.payload}"))
     ]
     assert leaked == []
+
+
+async def test_non_finite_and_out_of_range_numbers_over_amqp_are_dead_lettered_with_reasons(
+    any_stack: Stack, channel: aio_pika.abc.AbstractChannel
+) -> None:
+    # The numbers a hostile client writes straight onto the broker, each in an otherwise
+    # valid request: what the gateway refuses with a 422 (tests/integration/test_gateway_bounds
+    # .py), the broker's consumers refuse with a reasoned dead letter, and nothing is stored.
+    topology = any_stack.runtime.topology
+    cases = {
+        "max_duration_s: 1e309": ('"max_duration_s":60.0', '"max_duration_s":1e309', "infinity"),
+        "max_duration_s: NaN": ('"max_duration_s":60.0', '"max_duration_s":NaN', "JSON value"),
+        "seed: 2^64": ('"seed":0', f'"seed":{2**64}', "seed"),
+        "seed: 2^63": ('"seed":0', f'"seed":{2**63}', "seed"),
+        "iterations: -1": ('"iterations":1024', '"iterations":-1', "iterations"),
+        "schema_version: 2^31": (
+            '"schema_version":1',
+            f'"schema_version":{2**31}',
+            "schema_version",
+        ),
+    }
+    sent: dict[str, tuple[uuid.UUID, str]] = {}
+    exchange = await channel.get_exchange(topology.events)
+    for case, (valid, hostile, named) in cases.items():
+        names = uuid.uuid4()
+        envelope = Envelope.wrap(
+            EvaluationRequested(evaluation_id=names, model="squeezenet", framework="onnxruntime"),
+            stream_id=f"evaluation-{names}",
+            correlation_id=names,
+        )
+        body = encode(envelope).decode()
+        assert valid in body, (case, body)
+        await exchange.publish(
+            aio_pika.Message(body.replace(valid, hostile, 1).encode()),
+            routing_key=EvaluationRequested.TYPE,
+        )
+        sent[str(names)] = (names, named)
+
+    dead_letters = await channel.declare_queue(topology.dead_letters, passive=True)
+    reasons: dict[str, list[str]] = {key: [] for key in sent}
+
+    async def all_refused() -> bool:
+        while (message := await dead_letters.get(no_ack=True, fail=False)) is not None:
+            for key in sent:
+                if key.encode() in message.body:
+                    reasons[key].append(str((message.headers or {}).get("x-dlscope-reason")))
+        return all(reasons.values())
+
+    await eventually(all_refused)
+    for key, (_, named) in sent.items():
+        for reason in reasons[key]:
+            assert reason.startswith("InvalidMessage"), reason
+            assert named in reason, (named, reason)
+    # and none of them is an evaluation, once a real one has gone through after them
+    evaluation = await any_stack.evaluate("squeezenet")
+    assert evaluation["status"] == "completed", evaluation["error"]
+    for names, _ in sent.values():
+        assert (await any_stack.http.get(f"/v1/evaluations/{names}")).status_code == 404

@@ -101,6 +101,22 @@ async def test_a_manifest_naming_a_file_of_the_registrys_host_is_refused_unread(
     assert (await any_stack.http.get("/v1/models/private-net")).status_code == 404
 
 
+async def test_a_manifest_pointing_workers_into_the_registrys_network_is_refused(
+    any_stack: Stack,
+) -> None:
+    # The broker's management API, the database, a cloud's metadata service: a worker
+    # downloading from them would report back what answers there.
+    for uri in (
+        "http://127.0.0.1:15672/api/users",
+        "http://localhost:5432/",
+        "http://169.254.169.254/latest/meta-data/",
+    ):
+        response = await any_stack.http.post("/v1/models", json=manifest(uri, "0" * 64))
+        assert response.status_code == 422, (uri, response.text)
+        assert "an address of the registry's own network" in response.json()["detail"]
+    assert (await any_stack.http.get("/v1/models/private-net")).status_code == 404
+
+
 async def test_a_model_uploaded_with_its_manifest_is_kept_by_digest_and_evaluated(
     any_stack: Stack, private_model: File
 ) -> None:

@@ -89,6 +89,9 @@ def test_an_experiment_refuses_a_trace_level_before_it_starts() -> None:
         (["--over", "rate", "--scenario", "offline"], "leave out --concurrency and --scenario"),
         (["--over", "rate", "--levels", "1,fast"], "--levels takes positive rates (req/s)"),
         (["--levels", "1.5"], "--levels takes positive integers (streams)"),
+        (["--over", "rate", "--levels", "1,inf"], "--levels takes positive rates (req/s)"),
+        (["--over", "rate", "--levels", "nan"], "--levels takes positive rates (req/s)"),
+        (["--levels", ",".join(["1"] * 20_000)], "--levels takes at most 64 levels, not 20000"),
         (["--search", "--over", "rate"], "--search needs a bound to meet"),
     ],
 )

@@ -61,7 +61,35 @@ def test_anything_but_uploads_pkg_urls_and_roots_is_refused(uri: str, rule: str)
 
 def test_urls_are_for_workers_to_download_and_verify() -> None:
     SourcePolicy().check("https://example.org/models/net.onnx")
-    SourcePolicy().check("http://10.0.0.5:8081/sha256/" + "0" * 64 + "/net.onnx")
+    SourcePolicy().check("http://93.184.216.34/net.onnx")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://127.0.0.1:5432/",
+        "http://localhost:15672/api/users",
+        "http://10.0.0.5:8081/net.onnx",
+        "http://192.168.1.1/admin",
+        "http://169.254.169.254/latest/meta-data/",  # a cloud's metadata service
+        "http://[::1]:8000/",
+        "http://0.0.0.0/",
+    ],
+)
+def test_a_url_into_the_registrys_own_network_is_refused_by_default(uri: str) -> None:
+    with pytest.raises(ArtifactError, match="an address of the registry's own network"):
+        SourcePolicy().check(uri)
+    SourcePolicy(local_paths=True).check(uri)  # a local user's own registration may
+
+
+def test_with_hosts_listed_only_those_may_be_named() -> None:
+    policy = SourcePolicy(hosts=("models.internal", "10.0.0.5:8081"))
+    policy.check("http://models.internal/net.onnx")
+    policy.check("http://10.0.0.5:8081/sha256/" + "0" * 64 + "/net.onnx")
+    with pytest.raises(ArtifactError, match="not among the hosts a registration may name"):
+        policy.check("https://example.org/net.onnx")
+    with pytest.raises(ArtifactError, match="not among the hosts"):
+        policy.check("http://10.0.0.5:9090/")
 
 
 def test_paths_under_a_root_may_be_named_and_links_out_of_it_may_not(tmp_path: Path) -> None:
