@@ -127,6 +127,11 @@ async def _read_the_page(chromium: Browser, evaluation_id: str) -> None:
     page = await chromium.page()
     response = await page.goto(f"/evaluations/{evaluation_id}")
     secured(await response.all_headers())
+    # A language model's page leads with what its users read first.
+    kpis = [" ".join(t.split()) for t in await page.locator("ul.kpis .label").all_inner_texts()]
+    assert kpis[:3] == ["TTFT p50 / p99", "TPOT p50 / p99", "output tokens/s"], kpis
+    assert "requests/s" in kpis  # no bound was asked, so no goodput
+    assert not any("latency (95% interval)" in label for label in kpis), kpis
     tokens = page.locator("section", has=page.locator("h2", has_text="Tokens"))
     await tokens.wait_for()
     text = " ".join((await tokens.inner_text()).split())

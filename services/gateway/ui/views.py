@@ -318,6 +318,29 @@ def evaluation_info(document: EvaluationDocument) -> dict[str, Any]:
         "explanations": EXPLANATIONS,
         "machine": machine_info(summary),
         "tokens": [] if summary is None else token_rows(summary),
+        "llm": None if summary is None else llm_headline(summary),
+    }
+
+
+def llm_headline(summary: LatencySummary) -> dict[str, Any] | None:
+    """What a generative evaluation leads with, as the field reads one: TTFT and TPOT (the
+    median and the headline percentile, with their intervals), output tokens/s, goodput or
+    requests/s, and the requests that failed; None for any other evaluation."""
+    generation = summary.generation
+    if generation is None:
+        return None
+    ttft, tpot = generation.ttft, generation.tpot
+    return {
+        "ttft_median": _percentile(ttft.median),
+        "ttft_headline": _percentile(ttft.headline),
+        "headline_label": f"p{ttft.headline.percentile * 100:g}",
+        "tpot_median": None if tpot is None else _percentile(tpot.median),
+        "tpot_headline": None if tpot is None else _percentile(tpot.headline),
+        "tokens_per_s": generation.output_tokens_per_s,
+        "goodput_per_s": generation.goodput_per_s,
+        "requests_per_s": generation.requests_per_s,
+        "requests": generation.requests,
+        "failed": sum(generation.failures.values()),
     }
 
 

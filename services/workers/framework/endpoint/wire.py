@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 
@@ -40,17 +40,6 @@ __all__ = [
 API = Literal["chat", "completions"]
 # How a request can fail, each counted apart beside the latencies; ``truncated`` is judged on
 # an answer read to its end (``shared.measurement.finish``), the others as it is read.
-FAILURES = (
-    "http_error",
-    "timeout",
-    "refused",
-    "disconnected",
-    "malformed",
-    "server_error",
-    "truncated",
-    "oversized",
-    "overlong",
-)
 Failure = Literal[
     "http_error",
     "timeout",
@@ -62,6 +51,7 @@ Failure = Literal[
     "oversized",
     "overlong",
 ]
+FAILURES: tuple[Failure, ...] = get_args(Failure)
 
 # One server-sent event line at most: a chunk of a token or a few is a few hundred bytes.
 MAX_LINE_BYTES = 1024**2
