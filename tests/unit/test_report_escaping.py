@@ -200,3 +200,48 @@ def test_json_in_a_script_element_cannot_end_it_and_reads_back(value: Any) -> No
     for unsafe in ("<", ">", "&", "\u2028", "\u2029"):
         assert unsafe not in embedded
     assert json.loads(embedded) == value
+
+
+def test_a_language_models_reports_lead_with_its_token_figures() -> None:
+    from shared.messages import Scenario
+    from tests.unit.test_result_summary import served_generation
+
+    scenario = Scenario(name="server", target_qps=4.0, iterations=64, max_new_tokens=16)
+    served = view("completed", model="smollm2", result=summarize(served_generation(scenario)))
+    document = ReportDocument(
+        experiments=[],
+        evaluations=[
+            EvaluationDocument(
+                view=served, trace_url="http://jaeger/trace/0", figures=None, events=[]
+            )
+        ],
+        notes=[],
+        not_found=[],
+    )
+    markdown = report_markdown(document)
+    # The stub run's first chunk came 80 ms after each arrival, then one every 20 ms.
+    assert markdown.index("# Tokens") < markdown.index("# Statistics")
+    # p99 of 64 values is a bound (too few to estimate it), and said to be
+    assert "- TTFT p50 / p99: 80 / ≤ 80 ms" in markdown
+    assert "- TPOT p50 / p99: 20 / ≤ 20 ms" in markdown
+    assert "- timed requests: 64, 0 failed (never samples)" in markdown
+    assert "| TTFT | 64 | 80 | 80 \\[80, 80\\] |" in markdown
+    (row,) = csv.DictReader(io.StringIO(report_csv(document)))
+    assert float(row["ttft_p50_ms"]) == pytest.approx(80.0, abs=0.01)
+    assert float(row["tpot_p50_ms"]) == pytest.approx(20.0, abs=0.01)
+    assert float(row["output_tokens_per_s"]) > 0
+    assert row["failed_requests"] == "0"
+    # and an image model's row leaves them blank
+    image = summarize(measured(phase([float(i) for i in range(1, 101)])))
+    other = ReportDocument(
+        experiments=[],
+        evaluations=[
+            EvaluationDocument(
+                view=view("completed", result=image), trace_url="t", figures=None, events=[]
+            )
+        ],
+        notes=[],
+        not_found=[],
+    )
+    (blank,) = csv.DictReader(io.StringIO(report_csv(other)))
+    assert blank["ttft_p50_ms"] == ""

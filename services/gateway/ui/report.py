@@ -24,10 +24,11 @@ from services.gateway.ui.views import (
     evaluation_info,
     experiment_info,
     headline_of,
+    llm_headline,
     parity_matrix,
     throughput_of,
 )
-from shared.messages import PairParity
+from shared.messages import LatencySummary, PairParity
 
 __all__ = ["FORMATS", "MEDIA_TYPES", "ReportFormat", "report_csv", "report_html", "report_markdown"]
 
@@ -77,6 +78,18 @@ def _item(document: EvaluationDocument) -> dict[str, Any]:
 
 # --- CSV ------------------------------------------------------------------------------------
 
+# A language model's token figures (blank for any other evaluation): the headline
+# percentile is its TTFT's and TPOT's own (``llm_headline``).
+_TOKEN_COLUMNS = (
+    "ttft_p50_ms",
+    "ttft_headline_ms",
+    "tpot_p50_ms",
+    "tpot_headline_ms",
+    "output_tokens_per_s",
+    "goodput_per_s",
+    "requests_per_s",
+    "failed_requests",
+)
 COLUMNS = (
     "experiment_id",
     "evaluation_id",
@@ -104,6 +117,7 @@ COLUMNS = (
     "throughput_per_s",
     "throughput_low",
     "throughput_high",
+    *_TOKEN_COLUMNS,
     "top1",
     "top5",
     "verdict",
@@ -217,6 +231,29 @@ def _csv_row(
         if summary.verdict is None
         else "; ".join(r.code for r in summary.verdict.reasons),
         **cost_columns(summary),
+        **_token_columns(summary),
+    }
+
+
+def _token_columns(summary: LatencySummary) -> dict[str, Any]:
+    """A language model's token figures, blank for any other evaluation (one header for a
+    report of both)."""
+    llm = llm_headline(summary)
+    if llm is None:
+        return dict.fromkeys(_TOKEN_COLUMNS)
+
+    def value(estimate: Any) -> float | None:
+        return None if estimate is None else estimate.value
+
+    return {
+        "ttft_p50_ms": value(llm["ttft_median"]),
+        "ttft_headline_ms": value(llm["ttft_headline"]),
+        "tpot_p50_ms": value(llm["tpot_median"]),
+        "tpot_headline_ms": value(llm["tpot_headline"]),
+        "output_tokens_per_s": llm["tokens_per_s"],
+        "goodput_per_s": llm["goodput_per_s"],
+        "requests_per_s": llm["requests_per_s"],
+        "failed_requests": llm["failed"],
     }
 
 
@@ -366,6 +403,45 @@ def _parity_text(parity: PairParity | None, diagonal: bool) -> str:
     return f"{verdict}; max rel {parity.max_rel_error or 0:.2e}; top-1 {agreement}{cosine}"
 
 
+def _tokens_markdown(info: dict[str, Any], mark: str) -> list[str]:
+    llm, rows = info["llm"], info["tokens"]
+    label = llm["headline_label"]
+
+    def pair(low: Any, high: Any) -> str:
+        if low is None:
+            return NONE
+        shown = (_estimate(p.value, None, None, p.bound) for p in (low, high))
+        return " / ".join(shown)
+
+    rate = (
+        f"goodput {_ms(llm['goodput_per_s'])} requests/s of {_ms(llm['requests_per_s'])}"
+        if llm["goodput_per_s"] is not None
+        else f"{_ms(llm['requests_per_s'])} requests/s (no bound asked: no goodput)"
+    )
+    lines = [
+        f"{mark}# Tokens",
+        "",
+        f"- TTFT p50 / {label}: {pair(llm['ttft_median'], llm['ttft_headline'])} ms",
+        f"- TPOT p50 / {label}: {pair(llm['tpot_median'], llm['tpot_headline'])} ms",
+        f"- output tokens/s: {_ms(llm['tokens_per_s'])}; {rate}",
+        f"- timed requests: {llm['requests']}, {llm['failed']} failed (never samples)",
+        "",
+    ]
+    if rows:
+        header = ["metric", "values", "mean", *rows[0]["percentiles"]]
+        table = [
+            [
+                row["metric"],
+                row["count"],
+                _ms(row["mean_ms"]),
+                *(_estimate(p.value, p.low, p.high, p.bound) for p in row["percentiles"].values()),
+            ]
+            for row in rows
+        ]
+        lines += ["Token latencies (ms, 95% intervals; ≤: a bound):", "", *_table(header, table)]
+    return lines
+
+
 def _evaluation_markdown(document: EvaluationDocument, *, level: int) -> list[str]:
     view, summary = document.view, document.summary
     mark = "#" * level
@@ -384,6 +460,8 @@ def _evaluation_markdown(document: EvaluationDocument, *, level: int) -> list[st
     if summary is None:
         return lines
     info = evaluation_info(document)
+    if info["llm"] is not None:  # a language model leads with its token figures, as its page
+        lines += _tokens_markdown(info, mark)
     header = ["batch", "queries", "mean ± std", *info["rows"][0]["percentiles"], "samples/s"]
     rows = [
         [
