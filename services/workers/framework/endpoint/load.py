@@ -119,14 +119,14 @@ class LoadClient:
         assert session is not None, "used within async with"
         sent = {**self._headers, **headers} if headers else self._headers
         reading = Reading(time.perf_counter_ns(), on_chunk, request.limits, self._secrets)
+        # The whole request bounded too, for a server that sends nothing after its headers:
+        # a read timeout alone would wait for as long as bytes keep coming.
+        bound = asyncio.timeout(request.limits.total_s)
         try:
-            # The whole request bounded too, for a server that sends nothing after its
-            # headers: a read timeout alone would wait for as long as bytes keep coming.
-            async with asyncio.timeout(request.limits.total_s):
+            async with bound:
                 return await self._read(session, request, sent, reading)
         except TimeoutError as exc:
-            elapsed_s = (time.perf_counter_ns() - reading.issued_ns) / 1e9
-            if elapsed_s >= request.limits.total_s:
+            if bound.expired():  # this bound, not the connect or read timeout
                 return reading.overlong()
             return reading.ended("timeout", repr(exc))
         except aiohttp.ClientConnectorError as exc:
