@@ -245,3 +245,9 @@ def test_a_language_models_reports_lead_with_its_token_figures() -> None:
     )
     (blank,) = csv.DictReader(io.StringIO(report_csv(other)))
     assert blank["ttft_p50_ms"] == ""
+
+
+def test_a_failed_evaluation_says_why_it_has_no_verdict(document: ReportDocument) -> None:
+    html = report_html(document)
+    assert "No verdict: it failed before anything was measured to judge" in html
+    assert "No verdict until it completes" not in html  # neither of the two is still running
