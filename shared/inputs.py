@@ -39,6 +39,7 @@ __all__ = [
     "MAX_SEED",
     "MAX_TEXT",
     "REQUESTED",
+    "Count",
     "Name",
     "Reason",
     "Text",
@@ -79,6 +80,8 @@ MAX_SEED = 2**63 - 1
 
 Name = Annotated[str, Field(max_length=MAX_NAME)]
 Text = Annotated[str, Field(max_length=MAX_TEXT)]
+# A count from 1 that a store column keeps (an attempt, a schema version).
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
 
 _UNSAFE = re.compile("[\x00\ud800-\udfff]")
 

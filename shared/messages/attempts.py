@@ -25,7 +25,7 @@ import uuid
 
 from pydantic import Field
 
-from shared.inputs import MAX_COUNT, Name, Reason
+from shared.inputs import Count, Name, Reason
 from shared.messages.envelope import Payload
 from shared.messages.evaluation import EvaluationMeasured
 
@@ -41,7 +41,7 @@ class CheckAttempt(Payload):
     TYPE = "scheduler.attempt"
 
     evaluation_id: uuid.UUID
-    attempt: int = Field(ge=1, le=MAX_COUNT, description="the delivery of the job the worker runs")
+    attempt: Count = Field(description="the delivery of the job the worker runs")
     agent_id: Name
 
 
@@ -62,7 +62,7 @@ class EvaluationLateMeasurement(Payload):
 
     evaluation_id: uuid.UUID
     agent_id: Name
-    attempt: int = Field(default=1, ge=1, le=MAX_COUNT)
+    attempt: Count = 1
     reason: Reason = Field(description="why it is late, as the scheduler told the worker")
     measurement: EvaluationMeasured
     experiment_id: uuid.UUID | None = None

@@ -19,7 +19,7 @@ import orjson
 from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from shared.errors import InvalidMessage
-from shared.inputs import BOUNDED, MAX_COUNT, MAX_NAME, unsafe_text
+from shared.inputs import BOUNDED, MAX_NAME, Count, unsafe_text
 
 __all__ = [
     "MAX_BATCH_EVENTS",
@@ -81,7 +81,7 @@ class EnvelopeFields(BaseModel):
 
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
     type: str = Field(max_length=MAX_NAME)
-    schema_version: int = Field(default=1, ge=1, le=MAX_COUNT)
+    schema_version: Count = 1
     stream_id: str = Field(min_length=1, max_length=MAX_NAME)
     occurred_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     correlation_id: uuid.UUID

@@ -21,7 +21,7 @@ from typing import Any, Literal, Self, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shared.errors import InvalidMessage
-from shared.inputs import BOUNDED, MAX_COUNT, MAX_NAME, Name, Reason
+from shared.inputs import BOUNDED, MAX_NAME, Count, Name, Reason
 from shared.manifests import DatasetManifest, FrameworkName, Hardware, ModelManifest
 from shared.messages.costs import JobReadings, MachineReport
 from shared.messages.envelope import Envelope, Payload
@@ -189,9 +189,7 @@ class EvaluationStarted(Payload):
     agent_id: str
     host: str
     environment: dict[str, Any]
-    attempt: int = Field(
-        default=1, ge=1, le=MAX_COUNT, description="1 for the first delivery of the job"
-    )
+    attempt: Count = Field(default=1, description="1 for the first delivery of the job")
 
 
 class EvaluationMeasured(Payload):
@@ -234,9 +232,7 @@ class EvaluationMeasured(Payload):
         default=None, description="a generative model's perplexity on the data set's texts"
     )
     experiment_id: uuid.UUID | None = None
-    attempt: int = Field(
-        default=1, ge=1, le=MAX_COUNT, description="the attempt that measured this"
-    )
+    attempt: Count = Field(default=1, description="the attempt that measured this")
     machine: JobReadings | None = Field(
         default=None,
         description="the noise probe before the warm-up and after the timed queries, and "

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
-from shared.inputs import MAX_COUNT
+from shared.inputs import Count
 from shared.messages.envelope import Payload
 from shared.messages.tracing import ProfiledLevel, TraceLevel
 from shared.values import Frozen
@@ -132,6 +132,4 @@ class EvaluationProfiled(Payload):
     levels: list[LevelOutcome]
     passes: list[ProfiledPass]
     experiment_id: uuid.UUID | None = None
-    attempt: int = Field(
-        default=1, ge=1, le=MAX_COUNT, description="the attempt that profiled this"
-    )
+    attempt: Count = Field(default=1, description="the attempt that profiled this")

@@ -14,7 +14,7 @@ import uuid
 
 from pydantic import Field
 
-from shared.inputs import MAX_COUNT
+from shared.inputs import Count
 from shared.messages.envelope import Payload
 
 __all__ = ["PROGRESS_KEY", "EvaluationProgress"]
@@ -36,4 +36,4 @@ class EvaluationProgress(Payload):
         default=None, ge=0, description="the part stops by then, whatever happens"
     )
     experiment_id: uuid.UUID | None = None
-    attempt: int = Field(default=1, ge=1, le=MAX_COUNT)
+    attempt: Count = 1

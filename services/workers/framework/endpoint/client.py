@@ -31,6 +31,8 @@ import orjson
 from services.workers.framework.endpoint.wire import (
     API,
     FAILURES,
+    HEADERS,
+    REQUEST_LIMIT_S,
     Limits,
     Reading,
     Sampling,
@@ -70,7 +72,7 @@ class Endpoint:
         timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 64,
-        request_limit_s: float = 120.0,
+        request_limit_s: float = REQUEST_LIMIT_S,
     ) -> None:
         self.url = url.rstrip("/")
         # The URL as messages show it, and what they must never quote (issue 42).
@@ -215,8 +217,7 @@ def _served(response: httpx.Response) -> list[str] | None:
 
 
 def _json_headers(extra: Mapping[str, str] | None) -> dict[str, str]:
-    # Uncompressed, as the load client reads it: the bounds count the bytes as they come.
-    return {"Content-Type": "application/json", "Accept-Encoding": "identity", **(extra or {})}
+    return {**HEADERS, **(extra or {})}
 
 
 def prometheus_values(text: str) -> dict[str, float]:

@@ -27,6 +27,8 @@ import orjson
 
 from services.workers.framework.endpoint.wire import (
     API,
+    HEADERS,
+    REQUEST_LIMIT_S,
     Limits,
     Reading,
     Sampling,
@@ -64,15 +66,14 @@ class LoadClient:
         timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 64,
-        request_limit_s: float = 120.0,
+        request_limit_s: float = REQUEST_LIMIT_S,
     ) -> None:
         self.url = url.rstrip("/")
         self.model = model
         self.api = api
         self.request_limit_s = request_limit_s
         self._secrets = secrets_of(self.url, api_key)
-        # Uncompressed: the answer is read as it comes, its bounds counted on its bytes.
-        self._headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+        self._headers = dict(HEADERS)
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._timeout = aiohttp.ClientTimeout(

@@ -26,7 +26,9 @@ from shared.inputs import MAX_NAME, cleaned
 __all__ = [
     "API",
     "FAILURES",
+    "HEADERS",
     "MAX_LINE_BYTES",
+    "REQUEST_LIMIT_S",
     "Failure",
     "Limits",
     "Reading",
@@ -52,6 +54,13 @@ Failure = Literal[
     "overlong",
 ]
 FAILURES: tuple[Failure, ...] = get_args(Failure)
+
+# What every request sends: JSON, and asks for the answer uncompressed, since the bounds below
+# count its bytes as they come off the connection.
+HEADERS = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+# The most one request may take where a client is not told (``server.request_limit_s``
+# derives it from the scenario): the default longest phase and chunk timeout, 60 s each.
+REQUEST_LIMIT_S = 120.0
 
 # One server-sent event line at most: a chunk of a token or a few is a few hundred bytes.
 MAX_LINE_BYTES = 1024**2
