@@ -22,6 +22,7 @@ from pydantic import TypeAdapter
 from dlscope.catalogue import build_control_plane, build_gateway, build_worker
 from services.workers import WorkerService
 from services.workers.availability import not_installed
+from shared.breakdown import profile_of
 from shared.config import Settings
 from shared.errors import ConfigurationError, DlscopeError, ModelNotFound
 from shared.eventstore import EventStore
@@ -34,6 +35,7 @@ from shared.messages import (
     EvaluationCompleted,
     EvaluationFailed,
     EvaluationMeasured,
+    EvaluationProfiled,
     EvaluationRequested,
     ExperimentCompared,
     ExperimentFailed,
@@ -51,7 +53,8 @@ from shared.messages import (
 )
 from shared.messaging import Binding, Bus
 from shared.runtime import Runtime, Service, running, stopping
-from shared.telemetry import trace_id_hex
+from shared.telemetry import SpanCounter, trace_id_hex
+from shared.trace_files import default_trace_file
 
 __all__ = [
     "EmbeddedExperiment",
@@ -72,8 +75,13 @@ Watch = Callable[[str, Mapping[str, Any]], None]
 
 
 def embedded_settings(settings: Settings) -> Settings:
-    """The same settings, on the in-process broker and the SQLite store under ``home``."""
-    return settings.model_copy(update={"broker_url": "memory://", "database_url": ""})
+    """The same settings, on the in-process broker and the SQLite store under ``home``; and,
+    where no exporter is configured, spans kept in ``home``'s trace file, which ``dlscope
+    trace <id>`` reads: a newcomer sees a trace without starting a Jaeger."""
+    update: dict[str, Any] = {"broker_url": "memory://", "database_url": ""}
+    if not settings.otlp_endpoint:
+        update["otlp_endpoint"] = f"file://{default_trace_file(settings.home)}"
+    return settings.model_copy(update=update)
 
 
 def all_services(
@@ -95,13 +103,22 @@ class EmbeddedResult:
     evaluation: EvaluationView
     events: list[StoredEvent]
     trace_id: str
+    # The spans of its trace this process exported, per trace level (None: the services'
+    # own); None when nothing exports them.
+    spans: dict[str | None, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "evaluation": TypeAdapter(EvaluationView).dump_python(self.evaluation, mode="json"),
             "trace_id": self.trace_id,
+            "spans_written": None if self.spans is None else sum(self.spans.values()),
             "events": _events_json(self.events),
         }
+
+
+def _counter(settings: Settings) -> SpanCounter | None:
+    """A count of the spans exported, where they are (never a reason to record them)."""
+    return SpanCounter() if settings.otlp_endpoint else None
 
 
 def _events_json(events: list[StoredEvent]) -> list[dict[str, Any]]:
@@ -120,7 +137,8 @@ async def evaluate(
 ) -> EmbeddedResult:
     """Run one evaluation through every service in this process; return what was recorded.
     ``watch`` is told each event of the evaluation (its type and payload) as it happens."""
-    runtime = Runtime.create(settings, "dlscope")
+    counter = _counter(settings)
+    runtime = Runtime.create(settings, "dlscope", spans=counter)
     try:
         async with running(all_services(runtime, [(request.framework, request.hardware)])):
             client = runtime.bus("cli")
@@ -132,7 +150,12 @@ async def evaluate(
             evaluation = await store.get_evaluation(request.evaluation_id)
             events = await store.stream_events(evaluation_stream(request.evaluation_id))
         assert evaluation is not None, "the recorder stored the evaluation"
-        return EmbeddedResult(evaluation=evaluation, events=events, trace_id=trace_id)
+        return EmbeddedResult(
+            evaluation=evaluation,
+            events=events,
+            trace_id=trace_id,
+            spans=None if counter is None else counter.of(trace_id),
+        )
     finally:
         await runtime.close()
 
@@ -146,6 +169,8 @@ class EmbeddedExperiment:
     trace_id: str
     # Each measured member's device and window (its evaluation.measured ``lease``).
     windows: dict[uuid.UUID, DeviceLease] = field(default_factory=dict)
+    # Each profiled member's layer summary (its evaluation.profiled), at a deep trace level.
+    profiles: dict[uuid.UUID, EvaluationProfiled] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -216,17 +241,20 @@ async def experiment(
             assert view is not None, "the recorder stored the experiment"
             members = view.member_ids
             by_id = {e.evaluation_id: e for e in await store.get_evaluations(members)}
-            windows = {
-                member: window
-                for member in members
-                if (window := _window(await store.stream_events(evaluation_stream(member))))
-            }
+            streams = {m: await store.stream_events(evaluation_stream(m)) for m in members}
+        windows = {m: window for m, events in streams.items() if (window := _window(events))}
+        profiles = {
+            m: profiled
+            for m, events in streams.items()
+            if isinstance(profiled := profile_of(events), EvaluationProfiled)
+        }
         return EmbeddedExperiment(
             experiment=view,
             evaluations=[by_id[i] for i in members if i in by_id],
             not_installed=not_installed,
             trace_id=trace_id,
             windows=windows,
+            profiles=profiles,
         )
     finally:
         await runtime.close()

@@ -4,7 +4,9 @@ What ``GET /v1/evaluations/{id}/layers`` answers and ``dlscope layers`` prints, 
 from the stored ``evaluation.profiled`` event alone (never from the trace, which Jaeger
 drops after its retention):
 
-- per pass: the top-k layers by total time, and the time per op type;
+- per pass: the top-k layers by their typical time per query (``per_query_ns``), and the
+  time per op type by the same measure: the one ordering ``dlscope run``, ``dlscope layers``
+  and the web page's chart all show;
 - lined up with other evaluations of the same model (on other frameworks): by layer name
   where both name the graph's nodes (ONNX Runtime, OpenCL, TensorRT run the same ONNX graph),
   else by the order of their kinds of operation (a convolution is a ``Conv``, an
@@ -39,12 +41,50 @@ __all__ = [
     "LayerBreakdown",
     "LayerReport",
     "OpTypeShare",
+    "RankedLayer",
     "align",
     "breakdown",
     "kind_of",
+    "per_query_ns",
     "profile_of",
+    "ranked",
     "report",
 ]
+
+
+def per_query_ns(layer: LayerStat, queries: int) -> float:
+    """``layer``'s typical time in one query: its median call times its calls per query.
+
+    What ranks the layers. Not their summed time: a pass profiles a few queries (5 by
+    default), and one cold call (a first run that repacks its weights, a cache filled) made
+    a layer that sums to 12 ms of which 11 in one call lead a ranking its warm calls never
+    would. The median per call ignores such a call while the layer made at least three; it
+    is stored with every layer, so events recorded before this ranking rank alike."""
+    return layer.p50_ns * layer.calls / max(queries, 1)
+
+
+def _share(part_ns: float, query_ns: float) -> float:
+    return part_ns / query_ns if query_ns > 0 else 0.0
+
+
+class RankedLayer(LayerStat):
+    """A layer with the measure that ranks it."""
+
+    per_query_ns: float = Field(ge=0, description="median per call x calls per query")
+    per_query_share: float = Field(ge=0, description="per_query_ns of the pass's query p50")
+
+
+def ranked(profiled: ProfiledPass) -> list[RankedLayer]:
+    """``profiled``'s layers, slowest first by ``per_query_ns`` (ties in graph order)."""
+    layers = [
+        RankedLayer(
+            **layer.model_dump(),
+            per_query_ns=(typical := per_query_ns(layer, profiled.queries)),
+            per_query_share=_share(typical, profiled.query_p50_ns),
+        )
+        for layer in profiled.layers
+    ]
+    return sorted(layers, key=lambda layer: -layer.per_query_ns)
 
 
 class OpTypeShare(Frozen):
@@ -52,7 +92,9 @@ class OpTypeShare(Frozen):
     layers: int = Field(description="distinct layers of this op type")
     calls: int
     total_ns: int
-    share: float = Field(description="of a query's time")
+    share: float = Field(description="summed time over the queries' time")
+    per_query_ns: float = Field(default=0.0, description="its layers' per_query_ns, summed")
+    per_query_share: float = Field(default=0.0, description="per_query_ns of the query p50")
 
 
 class LayerBreakdown(Frozen):
@@ -64,23 +106,26 @@ class LayerBreakdown(Frozen):
     batch_size: int
     query_p50_ns: float
     layers_total: int = Field(description="distinct layers the pass recorded")
-    top: list[LayerStat] = Field(description="the layers with the most time, slowest first")
-    op_types: list[OpTypeShare] = Field(description="slowest first")
+    top: list[RankedLayer] = Field(description="the slowest layers by per_query_ns, first")
+    op_types: list[OpTypeShare] = Field(description="slowest first, by per_query_ns")
 
 
 def breakdown(profiled: ProfiledPass, top: int) -> LayerBreakdown:
-    by_type: dict[str, list[LayerStat]] = {}
-    for layer in profiled.layers:
+    layers = ranked(profiled)
+    by_type: dict[str, list[RankedLayer]] = {}
+    for layer in layers:
         by_type.setdefault(layer.op_type, []).append(layer)
     op_types = [
         OpTypeShare(
             op_type=op_type,
-            layers=len(layers),
-            calls=sum(layer.calls for layer in layers),
-            total_ns=sum(layer.total_ns for layer in layers),
-            share=sum(layer.share for layer in layers),
+            layers=len(kind),
+            calls=sum(layer.calls for layer in kind),
+            total_ns=sum(layer.total_ns for layer in kind),
+            share=sum(layer.share for layer in kind),
+            per_query_ns=(typical := sum(layer.per_query_ns for layer in kind)),
+            per_query_share=_share(typical, profiled.query_p50_ns),
         )
-        for op_type, layers in by_type.items()
+        for op_type, kind in by_type.items()
     ]
     return LayerBreakdown(
         level=profiled.level,
@@ -89,8 +134,8 @@ def breakdown(profiled: ProfiledPass, top: int) -> LayerBreakdown:
         batch_size=profiled.batch_size,
         query_p50_ns=profiled.query_p50_ns,
         layers_total=len(profiled.layers) + profiled.layers_dropped,
-        top=sorted(profiled.layers, key=lambda layer: -layer.total_ns)[:top],
-        op_types=sorted(op_types, key=lambda share: -share.total_ns),
+        top=layers[:top],
+        op_types=sorted(op_types, key=lambda share: -share.per_query_ns),
     )
 
 

@@ -251,5 +251,28 @@ class Settings(BaseSettings):
             max_archive_members=self.artifact_max_archive_members,
         )
 
-    def trace_url(self, trace_id: str) -> str:
+    @property
+    def trace_file(self) -> Path | None:
+        """The file spans are appended to (``DLSCOPE_OTLP_ENDPOINT=file://<path>``), if any."""
+        endpoint = self.otlp_endpoint or ""
+        return Path(endpoint.removeprefix("file://")) if endpoint.startswith("file://") else None
+
+    def trace_url(self, trace_id: str) -> str | None:
+        """The trace in Jaeger's UI: only where spans go to a collector, never to a Jaeger
+        nobody started (no exporter, or spans written to a file)."""
+        if not self.otlp_endpoint or self.trace_file is not None:
+            return None
         return f"{self.jaeger_ui_url.rstrip('/')}/trace/{trace_id}"
+
+    def trace_where(self, trace_id: str) -> str:
+        """Where to see the trace, in words: its link, the command that reads its file, or
+        that nothing kept it."""
+        url = self.trace_url(trace_id)
+        if url is not None:
+            return url
+        if self.trace_file is not None:
+            return f"dlscope trace {trace_id} (spans in {self.trace_file})"
+        return (
+            "not exported: set DLSCOPE_OTLP_ENDPOINT (file://<path>, read by `dlscope trace`, "
+            "or a collector such as Jaeger) to keep traces"
+        )

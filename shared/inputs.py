@@ -6,7 +6,7 @@ Two kinds of bound, kept apart on purpose:
 - **Field bounds** (here): how long a string or a list in a wire contract, an HTTP body or a
   manifest may be. They are part of the contract, like a field's type: the gateway, every
   service and a direct AMQP publisher on another host must agree on them, so they are
-  constants documented in the OpenAPI document (``maxLength``/``maxItems``) and the README,
+  constants documented in the OpenAPI document (``maxLength``/``maxItems``) and docs/security.md,
   not per-process settings. A value past one is refused with the field and the limit named.
 - **Size bounds** (``shared.config.Settings``: ``max_body_bytes``, ``max_upload_bytes``,
   ``max_message_bytes``, ``max_manifest_nodes``): how many bytes a request, an upload, a

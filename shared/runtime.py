@@ -16,8 +16,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from opentelemetry.sdk.trace import SpanProcessor
+
 from shared.config import Settings
-from shared.errors import ConfigurationError
+from shared.errors import DlscopeError
 from shared.messages import Topology
 from shared.messaging import Broker, Bus, create_broker
 from shared.telemetry import Telemetry
@@ -42,10 +44,13 @@ class Runtime:
     broker: Broker
 
     @classmethod
-    def create(cls, settings: Settings, telemetry_name: str) -> Runtime:
+    def create(
+        cls, settings: Settings, telemetry_name: str, *, spans: SpanProcessor | None = None
+    ) -> Runtime:
+        """``spans``, if given, is told of every span as well (e.g. a ``SpanCounter``)."""
         return cls(
             settings=settings,
-            telemetry=Telemetry.create(settings, telemetry_name),
+            telemetry=Telemetry.create(settings, telemetry_name, extra_processor=spans),
             broker=create_broker(settings.broker_url),
         )
 
@@ -107,9 +112,10 @@ def run_process(
     )
     try:
         uvloop.run(_serve(name, build, settings))
-    except ConfigurationError as exc:
+    except DlscopeError as exc:
         # A setting the service cannot run with (a gateway open to the network without a
-        # token, say): one line that names it, not a traceback, and a failing exit status.
+        # token, a broker's vhost that does not exist) or a dependency it cannot reach: one
+        # line that names it, not a traceback, and a failing exit status.
         log.error("%s cannot start: %s", name, exc)
         raise SystemExit(1) from None
 

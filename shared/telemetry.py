@@ -11,7 +11,9 @@ every service that consumes it, independently, continues the same trace.
 from __future__ import annotations
 
 import re
+import threading
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
@@ -29,7 +31,14 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from shared.config import Settings
 from shared.trace_files import OtlpJsonFileExporter
 
-__all__ = ["Telemetry", "inject", "parent_context", "trace_id_hex", "trace_id_of"]
+__all__ = [
+    "SpanCounter",
+    "Telemetry",
+    "inject",
+    "parent_context",
+    "trace_id_hex",
+    "trace_id_of",
+]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 # A traceparent as W3C Trace Context (and OpenTelemetry's propagator) reads one.
@@ -72,6 +81,28 @@ class Telemetry:
 
     def shutdown(self) -> None:
         self.provider.shutdown()
+
+
+class SpanCounter(SpanProcessor):
+    """Counts the spans this process ends, per trace and trace level (``dlscope.trace_level``;
+    None for the services' own spans): what a command that exports them says it wrote."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[tuple[int, str | None]] = Counter()
+        self._lock = threading.Lock()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is None:
+            return
+        level = (span.attributes or {}).get("dlscope.trace_level")
+        with self._lock:
+            self._counts[(span.context.trace_id, None if level is None else str(level))] += 1
+
+    def of(self, trace_id: str) -> dict[str | None, int]:
+        """The spans of ``trace_id`` (hex) counted so far, per trace level."""
+        wanted = int(trace_id, 16)
+        with self._lock:
+            return {level: n for (trace, level), n in self._counts.items() if trace == wanted}
 
 
 def _exporter(endpoint: str) -> SpanExporter:

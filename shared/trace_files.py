@@ -4,7 +4,12 @@
   spans to that file, as OTLP JSON (one ``ExportTraceServiceRequest`` per line, trace and
   span ids in hex: the OpenTelemetry Collector's file exporter format, which its
   ``otlpjsonfile`` receiver replays into Jaeger or any OTLP backend).
-- ``dlscope trace FILE --trace-id ID`` writes one trace of such a file as Chrome trace JSON
+- ``dlscope run`` and ``dlscope up``, where no exporter is configured, write to
+  ``default_trace_file`` under DLSCOPE_HOME, which ``dlscope trace ID`` reads.
+- A trace file past ``MAX_TRACE_FILE_BYTES`` is renamed ``<name>.1`` (the one before it
+  dropped) and a new one begun: every embedded run appends to it, and it must not fill the
+  disk; ``read_spans`` reads both.
+- ``dlscope trace ID`` prints one trace as a tree of its spans; ``--chrome`` writes it
   (chrome://tracing, https://ui.perfetto.dev): a process per dlscope service, a track per
   trace level (and per thread, where a profiler named one), a slice per span; or as a single
   OTLP JSON document of that trace alone.
@@ -13,7 +18,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -24,21 +31,37 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 __all__ = [
+    "MAX_TRACE_FILE_BYTES",
     "FileSpan",
     "OtlpJsonFileExporter",
     "chrome_trace",
+    "default_trace_file",
     "otlp_document",
+    "read_kept_spans",
     "read_spans",
+    "service_of",
 ]
 
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
+MAX_TRACE_FILE_BYTES = 64 * 1024 * 1024
+_TRACE_FILE_NAME = "traces.jsonl"
+
+
+def default_trace_file(home: Path) -> Path:
+    """Where the embedded mode keeps its spans when no exporter is configured."""
+    return home / _TRACE_FILE_NAME
+
+
+def _rotated(path: Path) -> Path:
+    return path.with_name(path.name + ".1")
 
 
 class OtlpJsonFileExporter(SpanExporter):
     """Appends each batch of spans to ``path`` as one line of OTLP JSON."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, max_bytes: int = MAX_TRACE_FILE_BYTES) -> None:
         self._path = path
+        self._max_bytes = max_bytes
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -51,6 +74,9 @@ class OtlpJsonFileExporter(SpanExporter):
         try:
             with self._lock:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(FileNotFoundError):
+                    if self._path.stat().st_size > self._max_bytes:
+                        os.replace(self._path, _rotated(self._path))
                 # One write per batch, appended: several processes may share the file.
                 with self._path.open("a") as file:
                     file.write(line)
@@ -158,6 +184,13 @@ def otlp_document(spans: Sequence[FileSpan]) -> dict[str, Any]:
     }
 
 
+def read_kept_spans(path: Path, trace_id: str | None = None) -> list[FileSpan]:
+    """The spans of ``path`` and of the file it was last rotated to (oldest first)."""
+    older = _rotated(path)
+    before = read_spans(older, trace_id) if older.exists() else []
+    return before + read_spans(path, trace_id)
+
+
 def chrome_trace(spans: Sequence[FileSpan]) -> dict[str, Any]:
     """``spans`` in Chrome's trace event format: complete events ("X") in microseconds, a
     process per service, a track per trace level (and per thread a profiler named)."""
@@ -166,7 +199,7 @@ def chrome_trace(spans: Sequence[FileSpan]) -> dict[str, Any]:
     tracks: dict[tuple[int, str], int] = {}
     events: list[dict[str, Any]] = []
     for span in sorted(spans, key=lambda s: s.start_ns):
-        service = _service(span, by_id)
+        service = service_of(span, by_id)
         pid = processes.setdefault(service, len(processes) + 1)
         level = str(span.attributes.get("dlscope.trace_level", "application"))
         thread = span.attributes.get("thread.id")
@@ -194,7 +227,7 @@ def chrome_trace(spans: Sequence[FileSpan]) -> dict[str, Any]:
     return {"traceEvents": names + events, "displayTimeUnit": "ms"}
 
 
-def _service(span: FileSpan, by_id: dict[str, FileSpan]) -> str:
+def service_of(span: FileSpan, by_id: dict[str, FileSpan]) -> str:
     """The dlscope service a span belongs to: its own ``dlscope.service``, else its nearest
     ancestor's, else its resource's service name."""
     at: FileSpan | None = span

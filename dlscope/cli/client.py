@@ -24,6 +24,7 @@ from shared.messages import (
 )
 
 __all__ = [
+    "LAYERS_TOP",
     "REPORT_FORMATS",
     "Client",
     "Compared",
@@ -35,6 +36,8 @@ __all__ = [
 
 # What ``Client.report`` writes, each a self-contained file.
 REPORT_FORMATS = ("html", "csv", "md")
+# The slowest layers a command lists unless asked for more (``dlscope layers --top``).
+LAYERS_TOP = 10
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class Evaluated:
     evaluation: dict[str, Any]
     document: dict[str, Any]
     footer: str | None = None
+    # Its layer breakdown (a ``LayerReport`` as JSON) when it was profiled.
+    layers: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,8 @@ class Compared:
     windows: dict[uuid.UUID, DeviceLease] = field(default_factory=dict)
     not_installed: dict[str, str] = field(default_factory=dict)
     footer: str | None = None
+    # Each profiled member's layer breakdown (a ``LayerReport`` as JSON), by evaluation.
+    layers: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
 
 
 class Client(Protocol):

@@ -142,15 +142,19 @@ def replay(
         typer.Option(
             "--queue",
             help=(
-                "Send them all to this queue (e.g. `recorder`, or a full queue name) instead "
-                "of each back to the queue whose service refused it."
+                "Send them all to this one queue instead: a service's name (`recorder` is "
+                "the queue <DLSCOPE_NAMESPACE>.recorder) or a full queue name starting with "
+                "the namespace; it must exist."
             ),
         ),
     ] = None,
 ) -> None:
-    """Publish dead letters again, each to the queue whose service refused it (a letter from
-    before dlscope recorded that: to the exchange it was first published to), and remove
-    them from the dead-letter queue. Those the wire contracts still refuse stay there.
+    """Publish dead letters again and remove them from the dead-letter queue. Each goes
+    straight to the queue of the service that refused it, through the default exchange, so no
+    other service gets it twice; an event several services refused goes once to each of their
+    queues. A letter from before dlscope recorded the queue goes to the exchange and routing
+    key it was first published to, so every service bound to that key gets it again. With
+    --queue, all go to that one queue. Letters the wire contracts still refuse stay there.
     Idempotent: the event store keeps one copy of an event id, however often it is replayed."""
     ids = event_ids or []
     if ids and all_:

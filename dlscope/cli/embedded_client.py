@@ -11,10 +11,17 @@ from typing import Any, TypeVar
 
 import uvloop
 
-from dlscope.cli.client import Compared, Evaluated, LayersWanted, ModelFilter, ModelRow
+from dlscope.cli.client import (
+    LAYERS_TOP,
+    Compared,
+    Evaluated,
+    LayersWanted,
+    ModelFilter,
+    ModelRow,
+)
 from dlscope.cli.live import LiveEvaluations
 from dlscope.cli.terminal import fail, progress
-from dlscope.cli.zoo_build import build_on_first_use
+from dlscope.cli.zoo_build import build_on_first_use, unknown_model
 from dlscope.embedded import (
     ask_embedded_registry,
     embedded_settings,
@@ -24,8 +31,9 @@ from dlscope.embedded import (
 )
 from shared.breakdown import profile_of, report
 from shared.config import Settings
-from shared.errors import DlscopeError
+from shared.errors import DlscopeError, ModelNotFound
 from shared.eventstore import EventStore
+from shared.eventstore.views import StoredEvent
 from shared.manifests import ModelManifest
 from shared.messages import (
     DeprecateArtifact,
@@ -145,12 +153,18 @@ class EmbeddedClient:
         self._build_zoo_on_first_use(request.model)
         with LiveEvaluations(lines=self.settings.progress == "lines") as live:
             outcome = _run(evaluate(self.settings, request, watch=live.observe))
+        if outcome.evaluation.status == "failed":
+            self._refuse_if_unknown(request.model)
         document = outcome.to_json()
+        if outcome.spans is not None:
+            _count_application_spans(document["evaluation"], outcome.spans)
         return Evaluated(
             evaluation_id=request.evaluation_id,
             evaluation=document["evaluation"],
             document=document,
-            footer=f"evaluation {request.evaluation_id}, trace {outcome.trace_id}; "
+            layers=layer_report(outcome.events),
+            footer=f"evaluation {request.evaluation_id}, trace {outcome.trace_id}: "
+            f"{self.settings.trace_where(outcome.trace_id)}; "
             f"events stored in {self.settings.resolved_database_url}",
         )
 
@@ -159,7 +173,12 @@ class EmbeddedClient:
         model = request.models[0].model
         self._build_zoo_on_first_use(model)
         with LiveEvaluations(lines=self.settings.progress == "lines") as live:
-            outcome = _run(experiment(self.settings, request, watch=live.observe))
+            try:
+                outcome = uvloop.run(experiment(self.settings, request, watch=live.observe))
+            except DlscopeError as exc:
+                if isinstance(exc, ModelNotFound):
+                    self._refuse_if_unknown(model)
+                raise fail(str(exc), 1) from exc
         view = outcome.experiment
         return Compared(
             model=model,
@@ -170,9 +189,41 @@ class EmbeddedClient:
             document=outcome.to_json(),
             windows=outcome.windows,
             not_installed=outcome.not_installed,
-            footer=f"experiment {view.experiment_id}, trace {outcome.trace_id}; "
+            layers={
+                member: found.model_dump(mode="json")
+                for member, profiled in outcome.profiles.items()
+                if not isinstance(found := report(profiled, top=LAYERS_TOP), str)
+            },
+            footer=f"experiment {view.experiment_id}, trace {outcome.trace_id}: "
+            f"{self.settings.trace_where(outcome.trace_id)}; "
             f"events stored in {self.settings.resolved_database_url}",
         )
 
     def _build_zoo_on_first_use(self, model: str) -> None:
         build_on_first_use(model, self.settings.home, self)
+
+    def _refuse_if_unknown(self, model: str) -> None:
+        """A run of a model nobody registered ends with the nearest names, the zoo's models
+        built on first use among them (the registry knows only those built)."""
+        registered = sorted({row.name for row in self.models(ModelFilter(include_deprecated=True))})
+        if model not in registered:
+            raise fail(unknown_model(model, registered, self.settings.home), 1)
+
+
+def layer_report(events: list[StoredEvent]) -> dict[str, Any] | None:
+    """The layer breakdown of an evaluation from its events, as ``dlscope layers`` shows it;
+    None when it was not profiled."""
+    profiled = profile_of(events)
+    if isinstance(profiled, str):
+        return None
+    answer = report(profiled, top=LAYERS_TOP)
+    return None if isinstance(answer, str) else answer.model_dump(mode="json")
+
+
+def _count_application_spans(evaluation: dict[str, Any], spans: dict[str | None, int]) -> None:
+    """The application level's spans, as this process exported them: the worker counts the
+    spans it made of each traced pass, but the services' own (every message's hops) are
+    made everywhere, so the stored outcome leaves them uncounted."""
+    for outcome in (evaluation.get("result") or {}).get("tracing", []):
+        if outcome.get("level") == "application" and outcome.get("captured"):
+            outcome["spans"] = spans.get(None, 0)

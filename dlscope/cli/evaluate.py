@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import uuid
 from pathlib import Path
 from typing import Annotated
 
@@ -38,7 +39,7 @@ import typer
 from dlscope.cli.client import Client, Compared, Evaluated
 from dlscope.cli.experiments import show_comparison
 from dlscope.cli.gateway_options import Token, gateway_option
-from dlscope.cli.layers import tracing_table
+from dlscope.cli.layers import show_layers, tracing_table
 from dlscope.cli.options import (
     ComparisonOptions,
     EndpointOpt,
@@ -54,6 +55,7 @@ from dlscope.cli.tables import generation_table, layers_table, summary_table
 from dlscope.cli.terminal import LOG_FORMAT, console, fail
 from shared.config import Settings
 from shared.errors import DlscopeError
+from shared.messages import Replay
 
 __all__ = ["publish", "run", "submit"]
 
@@ -175,29 +177,42 @@ def _show(evaluated: Evaluated, json_path: Path | None) -> None:
         raise fail(f"evaluation {evaluated.evaluation_id} failed: {evaluation['error']}", 1)
     console.print(summary_table(evaluation))
     result = evaluation["result"]
+    replay = (result.get("scenario") or {}).get("replay")
+    if replay is not None:
+        console.print(f"workload: {Replay.model_validate(replay)}", markup=False)
     if result.get("generation"):
         console.print(generation_table(result["generation"]))
-    if result.get("layers"):
-        console.print(layers_table(result["layers"]))
     if result.get("tracing"):
         console.print(tracing_table(result["tracing"]))
+    if evaluated.layers is not None:
+        show_layers(evaluated.layers)
+    elif result.get("layers"):  # a gateway that answers no breakdown: one query's layers
+        console.print(layers_table(result["layers"]))
     if evaluated.footer is not None:
-        console.print(evaluated.footer)
+        console.print(evaluated.footer, markup=False)
     if json_path is not None:
-        console.print(f"full result written to {json_path}")
+        console.print(f"full result written to {json_path}", markup=False)
     if status := exit_status(result):
         raise untrusted(result, status)
 
 
 @spread_options
-def publish(model: ModelArg, options: EvaluationOptions) -> None:
-    """Publish an evaluation.requested message straight to the broker (DLSCOPE_BROKER_URL)."""
+def publish(
+    model: ModelArg,
+    options: EvaluationOptions,
+    gateway: Annotated[
+        str, gateway_option("the deployment's gateway, named in the hint how to follow it")
+    ] = "http://127.0.0.1:8080",
+) -> None:
+    """Publish an evaluation.requested message straight to the broker (DLSCOPE_BROKER_URL),
+    and say how to follow it on the deployment's gateway."""
     import uvloop
 
     if options.selection() is not None:
         raise fail(
             "publish sends one evaluation; to compare frameworks use "
-            "`dlscope submit --framework all` (or publish experiment.requested, see README.md)",
+            "`dlscope submit --framework all` (or publish experiment.requested, see "
+            "docs/rabbitmq.md)",
             2,
         )
 
@@ -231,3 +246,15 @@ def publish(model: ModelArg, options: EvaluationOptions) -> None:
     except DlscopeError as exc:
         raise fail(str(exc), 1) from exc
     console.print(f"published evaluation {request.evaluation_id}")
+    console.print(_following(request.evaluation_id, gateway), soft_wrap=True, highlight=False)
+
+
+def _following(evaluation_id: uuid.UUID, gateway: str) -> str:
+    """How to follow a published evaluation: the deployment's gateway has it once its
+    recorder stored the request (its page, its events as they come, then its report)."""
+    root = gateway.rstrip("/")
+    return (
+        f"follow it at {root}/evaluations/{evaluation_id} (its events as they come: curl -N "
+        f"-H 'Accept: text/event-stream' {root}/v1/evaluations/{evaluation_id}/events); once "
+        f"it ends: dlscope report {evaluation_id} --gateway {root}"
+    )

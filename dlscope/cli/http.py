@@ -14,6 +14,7 @@ import httpx
 import orjson
 
 from dlscope.cli.client import (
+    LAYERS_TOP,
     REPORT_FORMATS,
     Compared,
     Evaluated,
@@ -22,6 +23,7 @@ from dlscope.cli.client import (
     ModelRow,
 )
 from dlscope.cli.terminal import console, fail, progress
+from dlscope.cli.trace import trace_fields
 from shared.artifacts import is_remote, locate
 from shared.breakdown import LayerReport
 from shared.errors import DlscopeError
@@ -35,6 +37,7 @@ from shared.messages import (
     ExperimentRequested,
     MemberResult,
 )
+from shared.messages.tracing import profiled_levels
 from shared.processing import read_labels
 
 __all__ = ["HttpClient", "registration"]
@@ -114,6 +117,16 @@ class HttpClient:
         answer: dict[str, Any] = LayerReport.model_validate(body).model_dump(mode="json")
         return answer
 
+    def _profiled(self, evaluation_id: uuid.UUID | str) -> dict[str, Any] | None:
+        """An evaluation's layer breakdown, or None where it has none (not profiled, or
+        a profiler that captured nothing): its absence is not the command's failure."""
+        path = f"/v1/evaluations/{evaluation_id}/layers"
+        response = self._send(lambda: self._http.get(path, params={"top": LAYERS_TOP}))
+        if response.status_code != 200:
+            return None
+        answer: dict[str, Any] = LayerReport.model_validate(response.json()).model_dump(mode="json")
+        return answer
+
     def evaluate(self, request: EvaluationRequested, *, wait: bool) -> Evaluated | None:
         body = {
             "model": request.model,
@@ -132,15 +145,22 @@ class HttpClient:
                 else {}
             ),
             **({"concurrent": True} if request.concurrent else {}),
+            **({"sweep": request.sweep.model_dump(mode="json")} if request.sweep else {}),
         }
         accepted = self._accepted("/v1/evaluations", body, "evaluation")
-        console.print(f"evaluation {accepted['id']} accepted; trace: {accepted['trace_url']}")
+        console.print(f"evaluation {accepted['id']} accepted; trace: {_trace(accepted)}")
         if not wait:
             return None
         with console.status("waiting for the evaluation…"):
             path = f"/v1/evaluations/{accepted['id']}"
             evaluation = self._until_settled(path, ("completed", "failed"), every_s=0.2)
-        return Evaluated(uuid.UUID(str(accepted["id"])), evaluation, document=evaluation)
+        profiled = profiled_levels(request.trace_level) and evaluation["status"] == "completed"
+        return Evaluated(
+            uuid.UUID(str(accepted["id"])),
+            evaluation,
+            document=evaluation,
+            layers=self._profiled(accepted["id"]) if profiled else None,
+        )
 
     def experiment(self, request: ExperimentRequested, *, wait: bool) -> Compared | None:
         (model,) = request.models
@@ -155,11 +175,12 @@ class HttpClient:
             "split": request.split,
             "tolerance": request.tolerance.model_dump(mode="json"),
             **({"concurrent": True} if request.concurrent else {}),
+            **trace_fields(request.trace_level, request.trace_queries),
         }
         accepted = self._accepted("/v1/experiments", body, "experiment")
         models = ", ".join(ref["model"] for ref in accepted["models"])
         console.print(
-            f"experiment {accepted['id']} accepted ({models}); trace: {accepted['trace_url']}",
+            f"experiment {accepted['id']} accepted ({models}); trace: {_trace(accepted)}",
             soft_wrap=True,
         )
         if not wait:
@@ -180,6 +201,14 @@ class HttpClient:
             experiment_id=uuid.UUID(str(accepted["id"])),
             document=experiment,
             windows={} if comparison is None else self._windows(comparison.evaluations),
+            layers={}
+            if comparison is None or not profiled_levels(request.trace_level)
+            else {
+                member.evaluation_id: found
+                for member in comparison.evaluations
+                if member.status == "completed"
+                and (found := self._profiled(member.evaluation_id)) is not None
+            },
         )
 
     def _accepted(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
@@ -222,6 +251,11 @@ class HttpClient:
         self._http.close()
 
 
+def _trace(accepted: dict[str, Any]) -> str:
+    """The trace's link where the deployment exports to a collector, else its id."""
+    return str(accepted.get("trace_url") or accepted["trace_id"])
+
+
 def _traced(request: EvaluationRequested) -> bool:
     return bool(request.trace_level != DEFAULT_TRACE_LEVEL)
 
@@ -238,7 +272,7 @@ def registration(manifest: Manifest) -> tuple[dict[str, Any], dict[str, Path]]:
     """What registering ``manifest`` (read from a file here) with a gateway sends: the manifest
     with each file of this host named by its file name alone, the files to upload by that
     name, and every labels file written out as the list of its names. A deployment reads no
-    path of this host (and no other host's path from outside: see the README's Security)."""
+    path of this host (and no other host's path from outside: see docs/security.md)."""
     files: dict[str, Path] = {}
 
     def uploaded(source: ModelSource) -> ModelSource:

@@ -16,13 +16,19 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from dlscope.cli.client import LayersWanted
+from dlscope.cli.client import LAYERS_TOP, LayersWanted
 from dlscope.cli.gateway_options import Token, gateway_option
 from dlscope.cli.target import client_for
 from dlscope.cli.terminal import console, fail
 from shared.messages import PROFILED_LEVELS, ProfiledLevel
 
-__all__ = ["layers_command", "tracing_table"]
+__all__ = [
+    "layers_command",
+    "print_passes",
+    "show_layers",
+    "show_member_layers",
+    "tracing_table",
+]
 
 
 def layers_command(
@@ -31,7 +37,9 @@ def layers_command(
         list[uuid.UUID] | None,
         typer.Option("--compare", "-c", help="line its layers up with this one's (repeatable)"),
     ] = None,
-    top: Annotated[int, typer.Option("--top", "-k", min=1, max=1000, help="layers listed")] = 10,
+    top: Annotated[
+        int, typer.Option("--top", "-k", min=1, max=1000, help="layers listed")
+    ] = LAYERS_TOP,
     level: Annotated[
         str | None, typer.Option(help=f"only this pass: one of {', '.join(PROFILED_LEVELS)}")
     ] = None,
@@ -73,11 +81,18 @@ def tracing_table(tracing: list[dict[str, Any]]) -> Table:
                 outcome["level"],
                 outcome.get("source") or "",
                 "" if overhead is None else f"{overhead:.2f}x",
-                str(outcome.get("spans", 0)),
+                _spans(outcome),
             )
         else:
             table.add_row(outcome["level"], f"not captured: {outcome['reason']}", "", "")
     return table
+
+
+def _spans(outcome: dict[str, Any]) -> str:
+    """Its spans; blank for the application level's where nobody counted them (the stored
+    outcome: the services' spans are made in every service, not counted in one place)."""
+    spans = int(outcome.get("spans", 0))
+    return "" if outcome["level"] == "application" and spans == 0 else str(spans)
 
 
 def _us(ns: float) -> str:
@@ -90,45 +105,85 @@ def _print(document: dict[str, Any]) -> None:
         f"traced at level {document['trace_level']}"
     )
     console.print(tracing_table(document["levels"]))
-    for passed in document["passes"]:
-        title = (
-            f"{passed['level']} level: {passed['source']}, {passed['queries']} queries of "
-            f"batch {passed['batch_size']}, query p50 {_us(passed['query_p50_ns'])} µs profiled"
-        )
-        table = Table(title=f"{title}; top {len(passed['top'])} of {passed['layers_total']}")
-        for column in ("layer", "op", "calls", "p50 µs", "total µs", "share", "shapes"):
-            table.add_column(
-                column, justify="left" if column in ("layer", "op", "shapes") else "right"
-            )
-        for layer in passed["top"]:
-            shapes = " ".join(str(list(s)) for s in layer["input_shapes"])
-            if layer["output_shapes"]:
-                shapes += " -> " + " ".join(str(list(s)) for s in layer["output_shapes"])
-            table.add_row(
-                layer["node"],
-                layer["op_type"],
-                str(layer["calls"]),
-                _us(layer["p50_ns"]),
-                _us(layer["total_ns"]),
-                f"{layer['share']:.1%}",
-                shapes,
-            )
-        console.print(table)
-        by_type = Table(title=f"{passed['level']} level: time per op type")
-        for column in ("op type", "layers", "calls", "total µs", "share"):
-            by_type.add_column(column, justify="left" if column == "op type" else "right")
-        for share in passed["op_types"]:
-            by_type.add_row(
-                share["op_type"],
-                str(share["layers"]),
-                str(share["calls"]),
-                _us(share["total_ns"]),
-                f"{share['share']:.1%}",
-            )
-        console.print(by_type)
+    print_passes(document)
     comparison = document.get("comparison")
     if comparison:
         _print_comparison(comparison)
+
+
+def show_layers(report: dict[str, Any], *, title: str | None = None) -> None:
+    """An evaluation's layer breakdown (``LayerReport`` as JSON) as ``dlscope layers`` prints
+    it, under ``title`` if given, and how to see every layer."""
+    if title is not None:
+        console.print(title, soft_wrap=True, highlight=False)
+    print_passes(report)
+    if any(p["layers_total"] > len(p["top"]) for p in report["passes"]):
+        more = f"every layer: dlscope layers {report['evaluation_id']} --top 1000"
+        console.print(more, soft_wrap=True, highlight=False)
+
+
+def show_member_layers(reports: dict[uuid.UUID, dict[str, Any]]) -> None:
+    """Each profiled member's layers, one after another, and how to line them up."""
+    for report in reports.values():
+        show_layers(report, title=f"{report['framework']} ({report['evaluation_id']}): layers")
+    if len(reports) > 1:
+        first, *others = reports
+        compare = " ".join(f"--compare {other}" for other in others)
+        console.print(
+            f"line them up: dlscope layers {first} {compare}", soft_wrap=True, highlight=False
+        )
+
+
+def print_passes(document: dict[str, Any]) -> None:
+    """Each profiled pass of a layer report (``LayerReport`` as JSON): its slowest layers
+    and its time per op type, ranked as every view ranks them (``shared.breakdown``)."""
+    for passed in document["passes"]:
+        console.print(_layer_table(passed))
+        console.print(_op_type_table(passed))
+
+
+def _layer_table(passed: dict[str, Any]) -> Table:
+    title = (
+        f"{passed['level']} level: {passed['source']}, {passed['queries']} queries of "
+        f"batch {passed['batch_size']}, query p50 {_us(passed['query_p50_ns'])} µs profiled"
+    )
+    table = Table(
+        title=f"{title}; top {len(passed['top'])} of {passed['layers_total']}, "
+        "by median µs per query"
+    )
+    for column in ("layer", "op", "calls", "p50 µs", "µs/query", "share", "total µs", "shapes"):
+        table.add_column(column, justify="left" if column in ("layer", "op", "shapes") else "right")
+    for layer in passed["top"]:
+        shapes = " ".join(str(list(s)) for s in layer["input_shapes"])
+        if layer["output_shapes"]:
+            shapes += " -> " + " ".join(str(list(s)) for s in layer["output_shapes"])
+        table.add_row(
+            layer["node"],
+            layer["op_type"],
+            str(layer["calls"]),
+            _us(layer["p50_ns"]),
+            _us(layer["per_query_ns"]),
+            f"{layer['per_query_share']:.1%}",
+            _us(layer["total_ns"]),
+            shapes,
+        )
+    return table
+
+
+def _op_type_table(passed: dict[str, Any]) -> Table:
+    table = Table(title=f"{passed['level']} level: time per op type, median µs per query")
+    for column in ("op type", "layers", "calls", "µs/query", "share", "total µs"):
+        table.add_column(column, justify="left" if column == "op type" else "right")
+    for share in passed["op_types"]:
+        table.add_row(
+            share["op_type"],
+            str(share["layers"]),
+            str(share["calls"]),
+            _us(share["per_query_ns"]),
+            f"{share['per_query_share']:.1%}",
+            _us(share["total_ns"]),
+        )
+    return table
 
 
 def _print_comparison(comparison: dict[str, Any]) -> None:

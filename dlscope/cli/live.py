@@ -3,6 +3,10 @@ progress notifications (``observe``): one row per evaluation with where it is (w
 a worker, fetching, loading, warming up, timed queries, the accuracy pass, tracing), how long
 the current step has run and has left, and how long the evaluation has taken so far.
 
+A wait for the device's lease (another measurement holds it) is also said as one line, and
+again when the device came: a row redrawn in place is invisible where stderr is not a
+terminal, and a run that sits still for half a minute must say why.
+
 The time left is computed here, at each refresh, from when a step arrived and how long the
 worker expects it to take: the worker sends one notification per step, never one per query.
 
@@ -33,6 +37,7 @@ from rich.progress_bar import ProgressBar
 from rich.text import Text
 
 from dlscope.cli.terminal import errors
+from shared.measurement.progress import WAITING_FOR_DEVICE
 
 __all__ = ["LINES_ENV", "LINE_PREFIX", "LiveEvaluations", "parse_line"]
 
@@ -135,6 +140,8 @@ class LiveEvaluations:
         self.display = display or Progress(*columns(), console=errors, transient=False)
         self._tasks: dict[str, TaskID] = {}
         self._labels: dict[str, str] = {}
+        # Evaluations waiting for their device: what was said, and since when.
+        self._waits: dict[str, tuple[str, float]] = {}
 
     def __enter__(self) -> LiveEvaluations:
         if self._own and not self._forward:
@@ -165,6 +172,7 @@ class LiveEvaluations:
         if key not in self._tasks:
             self._tasks[key] = self.display.add_task(label, total=None, since=None)
         task = self._tasks[key]
+        self._tell_the_wait(key, label, kind, payload)
         if kind == _PROGRESS:
             # The part alone when there is one: "timed queries" says "running the scenario".
             doing = payload.get("part") or payload.get("phase", "")
@@ -189,3 +197,25 @@ class LiveEvaluations:
         if ended:
             self.display.update(task, total=1, completed=1)
             self.display.stop_task(task)
+
+    def _tell_the_wait(self, key: str, label: str, kind: str, payload: Mapping[str, Any]) -> None:
+        """One line when the evaluation starts waiting for its device (or the holder it
+        waits for changes), and one when it got the device."""
+        waiting = kind == _PROGRESS and payload.get("phase") == WAITING_FOR_DEVICE
+        told = self._waits.get(key)
+        if waiting:
+            part = str(payload.get("part") or WAITING_FOR_DEVICE)
+            if told is None or told[0] != part:
+                limit = payload.get("limit_s")
+                most = f" (at most {_seconds(limit)})" if limit else ""
+                self._say(f"{label}: {part}{most}")
+                self._waits[key] = (part, told[1] if told else time.monotonic())
+            return
+        if told is None:
+            return
+        del self._waits[key]
+        if kind != "evaluation.failed":  # a failure says why itself
+            self._say(f"{label}: got the device after {_seconds(time.monotonic() - told[1])}")
+
+    def _say(self, line: str) -> None:
+        self.display.console.print(escape(line), soft_wrap=True, highlight=False)

@@ -10,20 +10,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from dlscope.cli.client import ModelFilter
+from dlscope.cli.client import ModelFilter, ModelRow
+from dlscope.cli.fitting import Column, Fitted
 from dlscope.cli.gateway_options import Gateway, Token
 from dlscope.cli.target import client_for
 from dlscope.cli.terminal import console, fail
+from dlscope.cli.zoo_build import BUILT_ON_FIRST_USE, ZOO_KINDS, not_built
+from shared.config import Settings
 from shared.errors import DlscopeError
 from shared.manifests import ModelManifest, load_manifest
 
 __all__ = ["models"]
 
-models = typer.Typer(
-    help="The model registry: list, show, register, deprecate.", no_args_is_help=True
-)
+models = typer.Typer(help="The model registry: list, register, deprecate.", no_args_is_help=True)
 
 
 @models.command("list")
@@ -35,21 +35,45 @@ def list_models(
     deprecated: Annotated[bool, typer.Option("--deprecated", help="include them")] = False,
     token: Token = None,
 ) -> None:
-    """The registered models: the built-in zoo and what users registered."""
+    """The registered models: the built-in zoo and what users registered; here (without
+    --gateway), also the zoo's trained models not built yet, which `dlscope run` builds on
+    first use."""
     wanted = ModelFilter(name=name, framework=framework, task=task, include_deprecated=deprecated)
     rows = client_for(gateway, token).models(wanted)
-    table = Table(title="registered models")
-    for column in ("name", "version", "framework", "task", "description"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(
-            row.name,
-            row.version + (" (deprecated)" if row.deprecated else ""),
-            row.framework or "",
-            row.task or "",
-            row.description,
+    if gateway is None:
+        rows += _not_built(wanted, {row.name for row in rows})
+    # A table where it fits, else a block a model: a name is what the user types next, never cut.
+    console.print(
+        Fitted(
+            title="registered models",
+            columns=[Column(c) for c in ("name", "version", "framework", "task", "description")],
+            rows=[  # a manifest's words as written: never rich markup (Fitted's cells are Text)
+                (
+                    row.name,
+                    row.version + (" (deprecated)" if row.deprecated else ""),
+                    row.framework or "",
+                    row.task or "",
+                    row.description,
+                )
+                for row in rows
+            ],
+            names=[f"{row.name} {row.version}" for row in rows],
+            named=2,
         )
-    console.print(table)
+    )
+
+
+def _not_built(wanted: ModelFilter, listed: set[str]) -> list[ModelRow]:
+    """The zoo's models not built here yet that ``wanted`` matches, as rows of the list."""
+    return [
+        ModelRow(model, "-", framework, task, False, f"{BUILT_ON_FIRST_USE} (dlscope run {model})")
+        for model in not_built(Settings().home)
+        for framework, task in [ZOO_KINDS[model]]
+        if model not in listed
+        and wanted.name in (None, model)
+        and wanted.framework in (None, framework)
+        and wanted.task in (None, task)
+    ]
 
 
 @models.command("register")

@@ -34,6 +34,7 @@ from dlscope.cli.scenario_options import (
     Natural,
     OutputTokens,
     Qps,
+    ReplayOpt,
     SamplesPerQuery,
     ScenarioOpt,
     Seed,
@@ -55,6 +56,7 @@ from dlscope.cli.trace import (
     trace_fields,
 )
 from shared.config import Settings
+from shared.manifests import parse_constraint
 from shared.messages import (
     FRAMEWORKS,
     HARDWARE,
@@ -73,7 +75,15 @@ __all__ = [
 ]
 
 ModelArg = Annotated[str, typer.Argument(help="model name, e.g. squeezenet")]
-Version = Annotated[str, typer.Option("--version", help="model version constraint, e.g. '>=1,<2'")]
+Version = Annotated[
+    str,
+    typer.Option(
+        "--version",
+        help="the model's version: latest (or '*'), the newest not deprecated; an exact one, "
+        "e.g. 1.0.1; or a constraint, e.g. '>=1,<2' (the newest that satisfies it). The "
+        "result names the version that ran",
+    ),
+]
 FrameworkOpt = Annotated[
     str,
     typer.Option(
@@ -142,6 +152,7 @@ class EvaluationOptions:
     max_new_tokens: MaxNewTokens = None
     input_tokens: InputTokens = None
     output_tokens: OutputTokens = None
+    replay: ReplayOpt = None
     natural: Natural = False
     ttft_bound: TtftBound = None
     tpot_bound: TpotBound = None
@@ -170,6 +181,13 @@ class EvaluationOptions:
             )
         return TypeAdapter(FrameworkSelection).validate_python(names) if len(names) > 1 else None
 
+    def checked_version(self) -> None:
+        """``--version`` refused before anything starts when it is no version constraint."""
+        try:
+            parse_constraint(self.version)
+        except ValueError as exc:
+            raise fail(f"--version: {exc}", 2) from exc
+
     def wire_scenario(self) -> dict[str, Any]:
         """The scenario's wire fields, checked now: a bad one is refused before anything
         starts. Options left out keep the scenario's defaults."""
@@ -185,6 +203,7 @@ class EvaluationOptions:
         if self.hardware not in HARDWARE:
             known = ", ".join(HARDWARE)
             raise fail(f"unknown hardware {self.hardware!r}; choose one of: {known}", 2)
+        self.checked_version()
         scenario = self.wire_scenario()
         try:
             return EvaluationRequested(
@@ -213,11 +232,10 @@ class EvaluationOptions:
         *,
         requested_by: str,
     ) -> ExperimentRequested:
-        """One model on several frameworks, compared, typed and checked."""
-        if trace_fields(self.trace_level, self.trace_queries):
-            raise fail(
-                "--trace-level and --trace-queries trace one evaluation, not an experiment", 2
-            )
+        """One model on several frameworks, compared, typed and checked; each member traced
+        at ``--trace-level`` (one after another, as they are measured, unless concurrent)."""
+        traced = trace_fields(self.trace_level, self.trace_queries)
+        self.checked_version()
         scenario = self.wire_scenario()
         try:
             return ExperimentRequested.model_validate(
@@ -236,6 +254,7 @@ class EvaluationOptions:
                     },
                     "requested_by": requested_by,
                     "concurrent": comparison.concurrent,
+                    **traced,
                 }
             )
         except ValidationError as exc:

@@ -27,6 +27,7 @@ SCENARIO_OPTIONS = {
     "max_new_tokens": "--max-new-tokens",
     "input_tokens": "--input-tokens",
     "output_tokens": "--output-tokens",
+    "replay": "--replay",
     "ignore_eos": "--natural",
     "ttft_bound_ms": "--ttft-bound",
     "tpot_bound_ms": "--tpot-bound",

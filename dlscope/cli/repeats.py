@@ -18,14 +18,14 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 from rich.progress import Progress
-from rich.table import Table
 
+from dlscope.cli.fitting import Column, Fitted
 from dlscope.cli.live import LINES_ENV, LiveEvaluations, columns, parse_line
 from dlscope.cli.machine import run_cells
 from dlscope.cli.outcome import COMPLETED, EXIT_INVALID, worst
 from dlscope.cli.terminal import console, errors, fail
 from shared.config import child_environment
-from shared.measurement import compare, summarize_repetitions
+from shared.measurement import RepetitionSummary, compare, summarize_repetitions
 from shared.measurement.validity import ValidityThresholds
 
 __all__ = ["DEFAULT_MAX_SPREAD", "compare_command", "run_arguments", "run_repeated"]
@@ -121,34 +121,57 @@ def run_repeated(
             runs.append(latencies)
             extra.append(run_cells(document["evaluation"]["result"]))
     summary = summarize_repetitions(runs, percentile=percentile)
-    name = f"p{percentile * 100:g}"
-    table = Table(title=f"{repeats} runs of `dlscope run {' '.join(arguments)}`, fresh processes")
-    for column in ("run", "p50 (ms)", f"{name} (ms)", "CPU ms/query"):
-        table.add_column(column, justify="right")
-    table.add_column("verdict")
-    for number, (median, headline, cells) in enumerate(
-        zip(summary.medians_ns, summary.headlines_ns, extra, strict=True), start=1
-    ):
-        table.add_row(str(number), f"{median / 1e6:.3f}", f"{headline / 1e6:.3f}", *cells)
-    console.print(table)
-    console.print(
+    console.print(_runs_table(arguments, summary, extra))
+    for line in _spread_lines(summary, max_spread):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+    if status := worst(statuses):
+        raise typer.Exit(status)
+
+
+def _runs_table(arguments: list[str], summary: RepetitionSummary, extra: list[list[str]]) -> Fitted:
+    """A row (a block, where narrow) per run: its p50, its headline, its cost and verdict."""
+    name = f"p{summary.percentile * 100:g}"
+    headers = ["run", "p50 (ms)", f"{name} (ms)", "CPU ms/query"]
+    rows = [
+        [str(number), f"{median / 1e6:.3f}", f"{headline / 1e6:.3f}", *cells]
+        for number, (median, headline, cells) in enumerate(
+            zip(summary.medians_ns, summary.headlines_ns, extra, strict=True), start=1
+        )
+    ]
+    return Fitted(
+        title=f"{summary.count} runs of `dlscope run {' '.join(arguments)}`, fresh processes",
+        columns=[*(Column(h, "right") for h in headers), Column("verdict")],
+        rows=rows,
+        names=[f"run {row[0]}" for row in rows],
+    )
+
+
+def _spread_lines(summary: RepetitionSummary, max_spread: float) -> list[str]:
+    """How far the runs spread, at the median and at the headline percentile, and whether
+    either spread is past ``max_spread``: a tail that moves between runs is as much a reason
+    not to trust one run as a median that does."""
+    name = f"p{summary.percentile * 100:g}"
+    spreads = {"p50": summary.median_cv, name: summary.headline_cv}
+    lines = [
         f"p50 across runs: mean {summary.median_mean_ns / 1e6:.3f} ms, std "
         f"{summary.median_std_ns / 1e6:.3f} ms, coefficient of variation {summary.median_cv:.1%}"
-        f"; {name}: {summary.headline_cv:.1%}"
-    )
+        + ("" if name == "p50" else f"; {name}: {summary.headline_cv:.1%}")
+    ]
     farthest = (
         f"run {summary.outlier_run} is the farthest from the others "
         f"({summary.outlier_deviation:+.1%} from their median p50)"
     )
-    if summary.median_cv > max_spread:
-        console.print(
-            f"high run-to-run variation: the spread is above {max_spread:.1%} (--max-spread); "
-            f"{farthest}. One run's figures are not to be trusted alone on this machine."
+    over = [f"{label} ({cv:.1%})" for label, cv in spreads.items() if cv > max_spread]
+    if over:
+        lines.append(
+            f"high run-to-run variation: the spread is above {max_spread:.1%} (--max-spread) "
+            f"at {' and '.join(over)}; {farthest}. One run's figures are not to be trusted "
+            "alone on this machine."
         )
     else:
-        console.print(f"within {max_spread:.1%} (--max-spread); {farthest}")
-    if status := worst(statuses):
-        raise typer.Exit(status)
+        both = " and ".join(spreads)
+        lines.append(f"{both} within {max_spread:.1%} (--max-spread); {farthest}")
+    return lines
 
 
 def compare_command(

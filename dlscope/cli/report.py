@@ -48,7 +48,7 @@ def report_command(
     for fmt, text in documents.items():
         path = base.with_name(f"{base.name}.{fmt}")
         path.write_text(text, encoding="utf-8")
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", markup=False)
 
 
 def _ids(ids: list[str]) -> list[uuid.UUID]:

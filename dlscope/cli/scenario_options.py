@@ -9,6 +9,7 @@ user's, its field in the scenario may be named otherwise (``--qps`` is ``target_
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 
 from dlscope.cli.problems import SCENARIO_OPTIONS, problems
 from dlscope.cli.terminal import fail
-from shared.messages import SCENARIOS, Scenario
+from shared.messages import SCENARIOS, Scenario, read_replay
 from shared.messages.lengths import parse_lengths
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "Natural",
     "OutputTokens",
     "Qps",
+    "ReplayOpt",
     "SamplesPerQuery",
     "ScenarioOpt",
     "Seed",
@@ -116,6 +118,15 @@ OutputTokens = Annotated[
         "normal:MEAN,STDDEV[,MIN-MAX] (instead of --max-new-tokens)",
     ),
 ]
+ReplayOpt = Annotated[
+    Path | None,
+    _text_generation(
+        "--replay",
+        "with --scenario server against a served model: replay this trace, a JSON object a "
+        "line with timestamp (ms), input_length and output_length (the Mooncake format), "
+        "instead of Poisson arrivals and drawn lengths",
+    ),
+]
 Natural = Annotated[
     bool,
     _text_generation(
@@ -187,6 +198,8 @@ def wire_scenario(options: Mapping[str, Any]) -> dict[str, Any]:
                 given[option] = parse_lengths(text).model_dump(mode="json")
             except ValueError as exc:
                 raise fail(f"{field} {exc}", 2) from None
+    if options.get("replay") is not None:
+        given["replay"] = _replay(options["replay"])
     batch_sizes = options["batch_sizes"]
     if batch_sizes is not None:
         try:
@@ -200,3 +213,17 @@ def wire_scenario(options: Mapping[str, Any]) -> dict[str, Any]:
         return Scenario.model_validate(fields).model_dump(mode="json", exclude_unset=True)
     except ValidationError as exc:
         raise fail(problems(exc, SCENARIO_OPTIONS, scenario=options["scenario"]), 2) from exc
+
+
+def _replay(path: Path) -> dict[str, Any]:
+    """The trace at ``path`` as the scenario's replay, refused naming the line at fault."""
+    try:
+        with path.open(encoding="utf-8") as lines:
+            replay = read_replay(lines, name=path.name)
+    except OSError as exc:
+        raise fail(f"--replay {path}: cannot read it ({exc.strerror or exc})", 2) from None
+    except UnicodeDecodeError:
+        raise fail(f"--replay {path}: not UTF-8 text (a JSON object a line)", 2) from None
+    except ValueError as exc:
+        raise fail(f"--replay {path}: {exc}", 2) from None
+    return replay.model_dump(mode="json")

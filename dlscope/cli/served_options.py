@@ -68,8 +68,8 @@ class ServedOptions:
                 raise fail("--tokenizer goes with --served-model NAME", 2)
             if model is None:
                 raise fail(
-                    "name a model (e.g. squeezenet; `dlscope models` lists them), or a served "
-                    "one: --served-model NAME --tokenizer FILE --endpoint URL",
+                    "name a model (e.g. squeezenet; `dlscope models list` lists them), or a "
+                    "served one: --served-model NAME --tokenizer FILE --endpoint URL",
                     2,
                 )
             return model, options

@@ -12,12 +12,16 @@ from typing import Annotated, cast
 import typer
 
 from dlscope.catalogue import SERVICES, main_module
+from dlscope.cli.options import EndpointOpt, run_settings
 from dlscope.cli.terminal import LOG_FORMAT, console, fail
 from dlscope.cli.zoo_build import FAMILIES, build_on_first_use
 from shared.config import Settings
+from shared.manifests.model import SERVED_BY
 from shared.messages import FRAMEWORKS, Framework, Hardware
 
-__all__ = ["serve", "up"]
+__all__ = ["frameworks_to_serve", "serve", "up"]
+
+log = logging.getLogger(__name__)
 
 
 def up(
@@ -40,6 +44,7 @@ def up(
             f"here yet (no download): {', '.join(FAMILIES)}, separated by commas, or all",
         ),
     ] = None,
+    endpoint: EndpointOpt = None,
 ) -> None:
     """Serve the HTTP gateway and every service in this process (in-memory broker, SQLite)."""
     import uvloop
@@ -47,7 +52,7 @@ def up(
     from dlscope.embedded import embedded_settings, installed, serve_all
 
     families = _families(zoo)
-    configured = Settings()
+    configured = run_settings(endpoint)
     if families:
         # The language models are built here, not on each request: their first build takes a
         # minute or more, which no HTTP request should wait for.
@@ -58,7 +63,7 @@ def up(
             build_on_first_use(family, client.settings.home, client)
     settings = embedded_settings(configured)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    wanted = FRAMEWORKS if framework == "all" else tuple(framework.split(","))
+    wanted = frameworks_to_serve(framework, settings)
     unknown = [f for f in wanted if f not in FRAMEWORKS]
     if unknown:
         raise fail(f"unknown framework {unknown[0]!r}; choose from {', '.join(FRAMEWORKS)}", 2)
@@ -79,6 +84,22 @@ def up(
         await serve_all(settings, host=host, port=port, stop=stop, workers=workers)
 
     uvloop.run(main())
+
+
+def frameworks_to_serve(framework: str, settings: Settings) -> tuple[str, ...]:
+    """The frameworks ``--framework`` names. ``all`` is every framework that runs here on its
+    own: the endpoint worker measures a server the user names, so without one (--endpoint,
+    DLSCOPE_ENDPOINT_URL) it is left out, saying how to add it, rather than started to fail."""
+    if framework != "all":
+        return tuple(framework.split(","))
+    if settings.endpoint_url:
+        return FRAMEWORKS
+    log.info(
+        "%s worker not started: it measures a server you name; add one with --endpoint URL "
+        "(an OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1)",
+        SERVED_BY,
+    )
+    return tuple(f for f in FRAMEWORKS if f != SERVED_BY)
 
 
 def _families(zoo: str | None) -> tuple[str, ...]:

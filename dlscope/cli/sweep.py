@@ -17,13 +17,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
+import uuid
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.table import Table
 
 from dlscope.cli.client import Client
+from dlscope.cli.fitting import Column, Fitted
 from dlscope.cli.gateway_options import Token, gateway_option
 from dlscope.cli.options import EndpointOpt, EvaluationOptions, run_settings
 from dlscope.cli.outcome import exit_status, worst
@@ -39,7 +41,8 @@ from shared.measurement.goodput import (
     judge_probe,
     rate_search,
 )
-from shared.messages import GenerationSummary, Verdict
+from shared.measurement.statistics import BOUND_LEGEND, BOUND_MARK
+from shared.messages import GenerationSummary, SweepPoint, Verdict
 
 __all__ = ["sweep"]
 
@@ -146,7 +149,7 @@ def sweep(
     asked = [] if search else _levels(levels, kind)
     client = client_for(gateway, token, run_settings(endpoint))
     model, options = served.resolve(model, options, client)
-    loads = _Loads(model, options, kind, client)
+    loads = _Loads(model, options, kind, client, search=search)
     percentile = options.slo_percentile or 0.99
     found = None
     if search:
@@ -169,11 +172,14 @@ def sweep(
     else:
         for level in asked:
             if loads.measure(level)[1] is not None:
-                console.print(f"{_load(level, kind)} was disturbed: measuring it once more")
+                console.print(
+                    f"{_load(level, kind)} was disturbed: measuring it once more", markup=False
+                )
                 loads.measure(level)
     _show(model, options, loads, found, percentile, kind)
+    console.print(_where(loads.sweep_id, gateway), soft_wrap=True, markup=False, highlight=False)
     if json_path is not None:
-        _write(json_path, loads.results, found, loads.disturbed_first)
+        _write(json_path, loads.results, found, loads.disturbed_first, loads.sweep_id)
     _close(client)
     status = loads.status(found)
     if status:
@@ -189,6 +195,9 @@ class _Loads:
     options: EvaluationOptions
     kind: Over
     client: Client
+    search: bool = False
+    # Each load's request carries it: the sweep's page gathers them by it.
+    sweep_id: uuid.UUID = dataclasses.field(default_factory=uuid.uuid4)
     results: dict[float, dict[str, Any]] = dataclasses.field(default_factory=dict)
     disturbed_first: dict[float, str] = dataclasses.field(default_factory=dict)
 
@@ -203,6 +212,8 @@ class _Loads:
         else:
             chosen = dataclasses.replace(options, qps=level)
         request = chosen.request(model, requested_by="dlscope sweep")
+        point = SweepPoint(sweep_id=self.sweep_id, over=kind, level=level, search=self.search)
+        request = request.model_copy(update={"sweep": point})
         evaluated = self.client.evaluate(request, wait=True)
         assert evaluated is not None
         evaluation = evaluated.evaluation
@@ -225,6 +236,18 @@ class _Loads:
         return worst(exit_status(self.results[p.load]["result"]) for p in search.disturbed)
 
 
+def _where(sweep_id: uuid.UUID, gateway: str | None) -> str:
+    """Where the sweep's page is: the deployment's, or the one ``dlscope up`` serves from this
+    home's store."""
+    if gateway is not None:
+        root = gateway.rstrip("/")
+        return f"sweep {sweep_id}: its curves and Pareto chart at {root}/sweeps/{sweep_id}"
+    return (
+        f"sweep {sweep_id}: its curves and Pareto chart at http://127.0.0.1:8080/sweeps/{sweep_id} "
+        "while dlscope up serves this home"
+    )
+
+
 def _disturbed(evaluation: dict[str, Any]) -> str | None:
     verdict = evaluation["result"].get("verdict")
     return disturbance(None if verdict is None else Verdict.model_validate(verdict))
@@ -237,6 +260,12 @@ def _checked(
     before the first load runs."""
     if options.selection() is not None:
         raise fail("a sweep runs one framework: give --framework one name", 2)
+    if options.replay is not None:
+        raise fail(
+            "--replay runs one trace at its own times, not at a sweep's loads: replay it with "
+            "dlscope run",
+            2,
+        )
     if search and all(
         b is None for b in (options.ttft_bound, options.tpot_bound, options.e2e_bound)
     ):
@@ -294,7 +323,7 @@ def _ms(summary: GenerationSummary, metric: str, percentile: float) -> str:
     found = statistics.percentile(percentile)
     value = f"{found.value_ns / 1e6:.1f}"
     if found.kind == "bound":
-        return f"≥ {value}"
+        return f"{BOUND_MARK} {value}"
     interval = found.interval
     if interval is None:
         return value
@@ -316,16 +345,14 @@ def _show(
         "rate": "Poisson arrivals",
         "batch": "offline, prompts batched",
     }[over]
-    table = Table(title=f"{model} on {options.framework}: loads ({kind})")
     columns = [{"streams": "streams", "rate": "offered req/s", "batch": "batch size"}[over]]
     columns += ["requests", "tokens/s", "requests/s", "goodput/s"]
     columns += [f"{label} TTFT ms", f"{label} TPOT ms", "verdict", "disturbed"]
     if found is not None:
         columns.append("against the bounds")
-    for column in columns:
-        left = column.startswith(("verdict", "against", "disturbed"))
-        table.add_column(column, justify="left" if left else "right")
+    left = ("verdict", "against", "disturbed")
     judged = {p.load: p for p in found.probes} if found is not None else {}
+    rows = []
     for level, evaluation in sorted(loads.results.items()):
         result = evaluation["result"]
         summary = GenerationSummary.model_validate(result["generation"])
@@ -344,8 +371,17 @@ def _show(
         if found is not None:
             probe = judged.get(level)
             row.append("-" if probe is None else f"{probe.judgement}: {probe.reason}")
-        table.add_row(*row)
-    console.print(table)
+        rows.append(row)
+    bounded = any(cell.startswith(BOUND_MARK) for row in rows for cell in row[5:7])
+    console.print(
+        Fitted(
+            title=f"{model} on {options.framework}: loads ({kind})",
+            columns=[Column(c, "left" if c.startswith(left) else "right") for c in columns],
+            rows=rows,
+            names=[_load(level, over) for level in sorted(loads.results)],
+            caption=BOUND_LEGEND if bounded else None,
+        )
+    )
     for level, evaluation in sorted(loads.results.items()):
         if (why := _disturbed(evaluation)) is not None:
             console.print(
@@ -355,7 +391,9 @@ def _show(
                 markup=False,
             )
     if found is not None:
-        console.print(_conclusion(found, options, label, over), soft_wrap=True, highlight=False)
+        console.print(
+            _conclusion(found, options, label, over), soft_wrap=True, highlight=False, markup=False
+        )
 
 
 def _disturbed_cell(now: str | None, first: str | None) -> str:
@@ -368,7 +406,8 @@ def _disturbed_cell(now: str | None, first: str | None) -> str:
 
 
 def _codes(disturbed: str) -> str:
-    return ", ".join(part.split(":", 1)[0] for part in disturbed.split("; "))
+    # "code: message; code: message" (``disturbance``); a message may hold "; " itself.
+    return ", ".join(re.findall(r"(?:^|; )([a-z][a-z0-9_]*):", disturbed))
 
 
 def _conclusion(found: Search, options: EvaluationOptions, label: str, over: Over) -> str:
@@ -415,8 +454,10 @@ def _write(
     results: dict[float, dict[str, Any]],
     found: Search | None,
     disturbed_first: dict[float, str],
+    sweep_id: uuid.UUID,
 ) -> None:
     document: dict[str, Any] = {
+        "sweep_id": str(sweep_id),  # its page: /sweeps/<sweep_id>
         "loads": {f"{c:g}": e for c, e in sorted(results.items())},
         # Loads measured twice: why the first run was disturbed (the loads hold the second).
         "remeasured": {f"{c:g}": why for c, why in sorted(disturbed_first.items())},

@@ -6,24 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
+from dlscope.cli.fitting import Column, Fitted
 from dlscope.cli.machine import machine_rows
+from shared.measurement.statistics import BOUND_LEGEND, BOUND_MARK
 
 __all__ = ["generation_table", "layers_table", "summary_table"]
 
 
 def summary_table(evaluation: dict[str, Any]) -> Table:
+    """One evaluation's figures, a row each; every percentile with fewer queries than it
+    needs marked a bound, what that means said once under the table."""
     result = evaluation["result"]
     scenario = result.get("scenario") or {}
-    table = Table(
-        title=f"{evaluation['model']} {evaluation['model_version']} on "
-        f"{evaluation['framework']} ({evaluation['hardware']}), "
-        f"{scenario.get('name', 'single-stream')} ({scenario.get('driver', 'native')} driver)"
-    )
-    table.add_column("statistic")
-    table.add_column("value", justify="right")
-    for key in ("count", "batch_size", "warmup_count"):
-        table.add_row(key.replace("_", " "), str(result[key]))
+    rows: list[tuple[str, str]] = _count_rows(result)
+    kinds = _kinds(result)
     for key in (
         "load_ms",
         "first_inference_ms",
@@ -37,27 +35,71 @@ def summary_table(evaluation: dict[str, Any]) -> Table:
     ):
         if result.get(key) is not None:
             label = key.removesuffix("_ms").replace("_", " ") + " (ms)"
-            table.add_row(label, f"{result[key]:.3f}")
-    table.add_row("throughput (samples/s)", f"{result['throughput_per_s']:.1f}")
+            value = f"{result[key]:.3f}"
+            rows.append((label, _marked(value, kinds.get(key))))
+    rows.append(("throughput (samples/s)", f"{result['throughput_per_s']:.1f}"))
     for phase in result.get("statistics") or []:
-        _interval_rows(table, phase, several=len(result["statistics"]) > 1)
+        rows += _interval_rows(phase, several=len(result["statistics"]) > 1)
     if result.get("harness_overhead_ns") is not None:
-        table.add_row("harness overhead (µs/query)", f"{result['harness_overhead_ns'] / 1e3:.2f}")
-    for label, value in machine_rows(result.get("machine")):
-        table.add_row(label, value)
+        rows.append(("harness overhead (µs/query)", f"{result['harness_overhead_ns'] / 1e3:.2f}"))
+    rows += machine_rows(result.get("machine"))
     warmup = result.get("warmup")
     if warmup:
-        table.add_row("warm-up ended by", str(warmup["decided_by"]))
-    for label, value in _quality_rows(result):
-        table.add_row(label, value)
-    for label, value in _loadgen_rows(result):
-        table.add_row(label, value)
+        rows.append(("warm-up ended by", str(warmup["decided_by"])))
+    rows += _quality_rows(result)
+    rows += _loadgen_rows(result)
     verdict = result.get("verdict")
     if verdict:
-        table.add_row("verdict", verdict["status"])
-        for reason in verdict["reasons"]:
-            table.add_row(f"  {reason['severity']}: {reason['code']}", reason["message"])
+        rows.append(("verdict", verdict["status"]))
+        rows += [(f"  {r['severity']}: {r['code']}", r["message"]) for r in verdict["reasons"]]
+    bounded = any(value.startswith(BOUND_MARK) for _, value in rows)
+    table = Table(
+        title=Text(
+            f"{evaluation['model']} {evaluation['model_version']} on "
+            f"{evaluation['framework']} ({evaluation['hardware']}), "
+            f"{scenario.get('name', 'single-stream')} ({scenario.get('driver', 'native')} driver"
+            f"{', a replayed trace' if scenario.get('replay') else ''})"
+        ),
+        caption=Text(BOUND_LEGEND) if bounded else None,
+        caption_justify="left",
+    )
+    table.add_column("statistic")
+    # A value too long for its line (a path) folds onto the next, never cut to "…".
+    table.add_column("value", justify="right", overflow="fold")
+    for label, value in rows:
+        table.add_row(Text(label), Text(value))
     return table
+
+
+def _count_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """How many queries were timed. LoadGen's offline run is one query of many samples, and
+    its latencies are the samples': it says so, with how many."""
+    rows = []
+    loadgen = result.get("loadgen") or []
+    scenario = (result.get("scenario") or {}).get("name")
+    samples = loadgen[0]["summary"].get("samples_per_query") if loadgen else None
+    if scenario == "offline" and samples is not None:
+        rows.append(("queries", f"{result['count']} (offline: LoadGen issues one query)"))
+        rows.append(("samples", f"{samples * result['count']} (the latencies below are theirs)"))
+    else:
+        rows.append(("count", str(result["count"])))
+    rows += [(key.replace("_", " "), str(result[key])) for key in ("batch_size", "warmup_count")]
+    return rows
+
+
+def _kinds(result: dict[str, Any]) -> dict[str, str]:
+    """Whether each flat percentile (``p90_ms``) is an estimate or a bound, as the headline
+    phase's statistics judged it (LoadGen's figures come with none: LoadGen judges its own)."""
+    statistics = result.get("statistics") or []
+    if not statistics:
+        return {}
+    phase = statistics[0]
+    found = [phase["median"], phase["headline"], *phase["percentiles"]]
+    return {f"p{figure['percentile'] * 100:g}_ms": figure["kind"] for figure in found}
+
+
+def _marked(value: str, kind: str | None) -> str:
+    return f"{BOUND_MARK} {value}" if kind == "bound" else value
 
 
 def _loadgen_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
@@ -106,7 +148,7 @@ def _ms(statistics: dict[str, Any], p: float) -> str:
     value = f"{found['value_ns'] / 1e6:.2f}"
     interval = found.get("interval")
     if found["kind"] == "bound":
-        return f"≥ {value}"
+        return f"{BOUND_MARK} {value}"
     if interval:
         high = interval["high"]
         shown = "∞" if high is None else f"{high / 1e6:.2f}"
@@ -114,19 +156,21 @@ def _ms(statistics: dict[str, Any], p: float) -> str:
     return value
 
 
-def generation_table(generation: dict[str, Any]) -> Table:
-    """A generative evaluation's token latencies; what each metric is, under the table."""
+def generation_table(generation: dict[str, Any]) -> Fitted:
+    """A generative evaluation's token latencies, a row (or a block) per metric; what each
+    metric is, under the table."""
     definitions = generation["definitions"]
     shown = [k for k in ("ttft", "tpot", "itl", "e2e") if generation.get(k) is not None]
     caption = [f"{key.upper()}: {definitions[key]}" for key in shown]
+    # The rates are one figure each, not percentiles: under the table, with what they are.
     caption += [
-        f"{label}: {definitions[key]}"
-        for key, label in (("output_tokens_per_s", "tokens/s"), ("requests_per_s", "requests/s"))
+        f"{label}: {generation[key]:.2f} ({definitions[key]})"
+        for key, label in (
+            ("output_tokens_per_s", "output tokens/s"),
+            ("requests_per_s", "requests/s"),
+        )
     ]
-    caption.append(
-        "≥ x: a bound, not an estimate: too few values for that percentile (MLPerf's early "
-        "stopping rule); [low, high]: 95% interval"
-    )
+    caption.append(f"{BOUND_LEGEND}; [low, high]: 95% interval")
     caption += _served_lines(generation)
     caption += _load_lines(generation)
     caption += [
@@ -134,26 +178,28 @@ def generation_table(generation: dict[str, Any]) -> Table:
         for key in shown
         if (said := _effective(generation[key])) is not None
     ]
-    table = Table(
+    columns = [Column("metric")]
+    columns += [
+        Column(header, "right") for header in ("p50 (ms)", "p90 (ms)", "p99 (ms)", "mean (ms)", "n")
+    ]
+    rows = [
+        [
+            key.upper(),
+            *(_ms(generation[key], p) for p in (0.5, 0.9, 0.99)),
+            f"{generation[key]['mean_ns'] / 1e6:.2f}",
+            str(generation[key]["count"]),
+        ]
+        for key in shown
+    ]
+    return Fitted(
         title=f"tokens: {generation['requests']} timed requests, "
         f"{generation['input_tokens_mean']:.1f} prompt and "
         f"{generation['output_tokens_mean']:.1f} output tokens on average",
+        columns=columns,
+        rows=rows,
+        names=[row[0] for row in rows],
         caption="\n".join(caption),
-        caption_justify="left",
     )
-    for column in ("metric", "p50 (ms)", "p90 (ms)", "p99 (ms)", "mean (ms)", "n"):
-        table.add_column(column, justify="left" if column == "metric" else "right")
-    for key in shown:
-        statistics = generation[key]
-        table.add_row(
-            key.upper(),
-            *(_ms(statistics, p) for p in (0.5, 0.9, 0.99)),
-            f"{statistics['mean_ns'] / 1e6:.2f}",
-            str(statistics["count"]),
-        )
-    for key, unit in (("output_tokens_per_s", "output tokens/s"), ("requests_per_s", "requests/s")):
-        table.add_row(unit, f"{generation[key]:.2f}", "", "", "", "")
-    return table
 
 
 def _served_lines(generation: dict[str, Any]) -> list[str]:
@@ -216,15 +262,20 @@ def layers_table(layers: list[dict[str, Any]], *, shown: int = 25) -> Table:
     total = sum(layer["end_ns"] - layer["start_ns"] for layer in layers)
     table = Table(title=f"per-layer time, one profiled query ({len(layers)} layers)")
     for column in ("layer", "op", "output shape", "µs", "share"):
-        table.add_column(column, justify="right" if column in ("µs", "share") else "left")
+        # A layer's name is the model's (``/features/0[1]/Conv``): folded, never cut to "…".
+        table.add_column(
+            column,
+            justify="right" if column in ("µs", "share") else "left",
+            overflow="fold",
+        )
     slowest = sorted(layers, key=lambda layer: layer["start_ns"] - layer["end_ns"])
     for layer in slowest[:shown]:
         took = layer["end_ns"] - layer["start_ns"]
         fused = f" (+{len(layer['fused'])} fused)" if layer["fused"] else ""
         table.add_row(
-            layer["node"] + fused,
-            layer["op_type"],
-            " ".join(str(shape) for shape in layer["output_shapes"]),
+            Text(layer["node"] + fused),
+            Text(layer["op_type"]),
+            Text(" ".join(str(shape) for shape in layer["output_shapes"])),
             f"{took / 1e3:.1f}",
             f"{took / total:.1%}" if total else "",
         )
@@ -233,28 +284,32 @@ def layers_table(layers: list[dict[str, Any]], *, shown: int = 25) -> Table:
     return table
 
 
-def _interval_rows(table: Table, phase: dict[str, Any], *, several: bool) -> None:
+def _interval_rows(phase: dict[str, Any], *, several: bool) -> list[tuple[str, str]]:
     """The headline percentile and the median with their confidence intervals; a percentile
-    with too few queries behind it is shown as a bound (≥)."""
+    with too few queries behind it is marked a bound (``BOUND_MARK``)."""
     prefix = f"batch {phase['samples_per_query']}: " if several else ""
+    rows = []
     for figure in (phase["median"], phase["headline"]):
         name = f"p{figure['percentile'] * 100:g}"
         value = f"{figure['value_ns'] / 1e6:.3f}"
         if figure["kind"] == "bound":
-            value = f"≥ {value} (bound: < {figure['min_queries']} queries)"
+            value = f"{BOUND_MARK} {value} (fewer than {figure['min_queries']} queries)"
         elif figure.get("interval"):
             interval = figure["interval"]
             value += f" [{interval['low'] / 1e6:.3f}, {interval['high'] / 1e6:.3f}]"
-        table.add_row(f"{prefix}{name} (ms) {_confidence(figure)}", value)
+        rows.append((f"{prefix}{name} (ms) {_confidence(figure)}", value))
     throughput = phase["throughput"]
     interval = throughput["interval"]
-    table.add_row(
-        f"{prefix}samples/s {_confidence(throughput)}",
-        f"{throughput['per_s']:.1f} [{interval['low']:.1f}, "
-        + ("unbounded]" if interval["high"] is None else f"{interval['high']:.1f}]"),
+    rows.append(
+        (
+            f"{prefix}samples/s {_confidence(throughput)}",
+            f"{throughput['per_s']:.1f} [{interval['low']:.1f}, "
+            + ("unbounded]" if interval["high"] is None else f"{interval['high']:.1f}]"),
+        )
     )
     if (effective := _effective(phase)) is not None:
-        table.add_row(f"{prefix}intervals from", effective)
+        rows.append((f"{prefix}intervals from", effective))
+    return rows
 
 
 def _effective(statistics: dict[str, Any]) -> str | None:

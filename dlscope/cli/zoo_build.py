@@ -8,16 +8,27 @@ Building needs no network (``dlscope.cli.zoo`` says where each family's data com
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlscope.cli.client import Client
+from dlscope.cli.fitting import styled
 from dlscope.cli.terminal import console, fail
 from shared.errors import DlscopeError
 from shared.manifests import ModelManifest
 
-__all__ = ["FAMILIES", "ZOO_MODELS", "build_on_first_use", "build_zoo"]
+__all__ = [
+    "BUILT_ON_FIRST_USE",
+    "FAMILIES",
+    "ZOO_KINDS",
+    "ZOO_MODELS",
+    "build_on_first_use",
+    "build_zoo",
+    "not_built",
+    "unknown_model",
+]
 
 # The models `dlscope zoo build` makes, by family (the models built together from one set of
 # weights); `dlscope run` builds a model's family on first use.
@@ -27,6 +38,18 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "smollm2": ("smollm2", "smollm2-torch"),
 }
 ZOO_MODELS = tuple(name for names in FAMILIES.values() for name in names)
+# What each zoo model runs on and does, known before it is built (its manifest is written by
+# the build): what `dlscope models list` says of one not built yet.
+ZOO_KINDS: dict[str, tuple[str, str]] = {
+    "digits-cnn": ("onnxruntime", "image-classification"),
+    "digits-cnn-torch": ("pytorch", "image-classification"),
+    "digits-cnn-tf": ("tensorflow", "image-classification"),
+    "minilm-l6": ("onnxruntime", "text-embedding"),
+    "minilm-l6-torch": ("pytorch", "text-embedding"),
+    "smollm2": ("onnxruntime", "text-generation"),
+    "smollm2-torch": ("pytorch", "text-generation"),
+}
+BUILT_ON_FIRST_USE = "built on first use"
 
 
 @dataclass(frozen=True)
@@ -48,10 +71,27 @@ def build_zoo(out_dir: Path, client: Client, families: Sequence[str] = tuple(FAM
         try:
             _build(family, out_dir, client)
         except DlscopeError as exc:
-            console.print(f"[red]{family} was not built:[/] {exc}", soft_wrap=True)
+            console.print(styled(f"{family} was not built:", "red", f" {exc}"), soft_wrap=True)
             failed.append(family)
     if failed:
         raise fail(f"not built: {', '.join(failed)}", 1)
+
+
+def not_built(home: Path) -> list[str]:
+    """The zoo's models not built under ``home`` yet: ``dlscope run`` builds one on first use."""
+    return [name for name in ZOO_MODELS if not (home / "zoo" / f"{name}.yaml").exists()]
+
+
+def unknown_model(model: str, registered: Sequence[str], home: Path) -> str:
+    """What ``dlscope run`` says of a model neither registered nor in the zoo: the nearest
+    names, those registered and those built on first use."""
+    unbuilt = [name for name in not_built(home) if name not in registered]
+    near = difflib.get_close_matches(model, [*registered, *unbuilt], n=3)
+    guess = f"did you mean: {', '.join(near)}? " if near else ""
+    said = f"unknown model {model!r}; {guess}registered models: {', '.join(registered) or 'none'}"
+    if unbuilt:
+        said += f"; {BUILT_ON_FIRST_USE}: {', '.join(unbuilt)}"
+    return said + " (`dlscope models list` describes them)"
 
 
 def build_on_first_use(model: str, home: Path, client: Client) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
@@ -42,9 +43,34 @@ SIGNATURE = "serving_default"
 def tensorflow() -> Any:
     # TensorFlow logs its CPU-feature banner on import at INFO level: noise for a user.
     quiet_framework_logs()
+    if "tensorflow" not in sys.modules:
+        with _banner_kept_back():
+            import tensorflow  # noqa: F401
     import tensorflow as tf
 
     return tf
+
+
+@contextlib.contextmanager
+def _banner_kept_back() -> Iterator[None]:
+    """What the block writes to the process's standard error (file descriptor 2) kept back,
+    and shown only when the block fails. TensorFlow 2.21 logs through absl's C++ logging on
+    import ("All log messages before absl::InitializeLog() ...", oneDNN's banner), which
+    TF_CPP_MIN_LOG_LEVEL no longer silences."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as kept:
+        os.dup2(kept.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            kept.seek(0)
+            os.write(2, kept.read())
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def tensorflow_version() -> str:

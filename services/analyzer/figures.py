@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from shared.breakdown import ranked
 from shared.measurement import LatencyStatistics, summarize_result
 from shared.measurement.results import TimedPhase
 from shared.measurement.warmup import WarmupReport
@@ -269,15 +270,15 @@ def _layers(
 ) -> tuple[list[LayerShare], str | None]:
     if profiled is not None and profiled.passes:
         first = profiled.passes[0]
-        slowest = sorted(first.layers, key=lambda layer: layer.total_ns, reverse=True)
+        # The ranking ``dlscope layers`` and ``dlscope run`` print (``shared.breakdown``).
         shares = [
             LayerShare(
                 node=layer.node,
                 op_type=layer.op_type,
-                duration_ms=layer.total_ns / first.queries * _MS,
-                share=layer.share,
+                duration_ms=layer.per_query_ns * _MS,
+                share=layer.per_query_share,
             )
-            for layer in slowest[:MAX_LAYERS]
+            for layer in ranked(first)[:MAX_LAYERS]
         ]
         return shares, f"{first.level} pass: {first.source}, {first.queries} queries"
     if measured.layers:

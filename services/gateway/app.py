@@ -39,6 +39,7 @@ from services.gateway.layers_api import router as layers_router
 from services.gateway.models_api import router as models_router
 from services.gateway.reports_api import router as reports_router
 from services.gateway.signin import router as signin_router
+from services.gateway.sweeps_api import router as sweeps_router
 from services.gateway.tracing import TracingMiddleware
 from services.gateway.ui.pages import router as pages_router
 from services.gateway.ui.rendering import STATIC
@@ -78,6 +79,7 @@ def create_app(context: GatewayContext) -> FastAPI:
     app.include_router(agents_router)
     app.include_router(models_router)
     app.include_router(experiments_router)
+    app.include_router(sweeps_router)
     app.include_router(health_router)
     app.include_router(analysis_router)
     app.include_router(reports_router)

@@ -88,6 +88,7 @@ async def create_evaluation(
                 trace_level=body.trace_level,
                 trace_queries=body.trace_queries,
                 concurrent=body.concurrent,
+                sweep=body.sweep,
             ),
             stream_id=evaluation_stream(evaluation_id),
             correlation_id=evaluation_id,

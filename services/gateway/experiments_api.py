@@ -32,6 +32,8 @@ from shared.eventstore import EvaluationView, ExperimentStatus, ExperimentView
 from shared.inputs import MAX_NAME
 from shared.manifests import DatasetManifest, Manifest, ModelManifest, parse_constraint
 from shared.messages import (
+    DEFAULT_TRACE_LEVEL,
+    DEFAULT_TRACE_QUERIES,
     Envelope,
     ExperimentComparison,
     ExperimentGap,
@@ -41,6 +43,7 @@ from shared.messages import (
     ModelRef,
     ParityTolerance,
     Scenario,
+    TraceLevel,
     experiment_models,
     experiment_stream,
 )
@@ -95,6 +98,18 @@ class ExperimentCreate(BaseModel):
         "each result is labelled measured_under_contention. By default members that share a "
         "device are measured one at a time",
     )
+    trace_level: TraceLevel = Field(
+        default=DEFAULT_TRACE_LEVEL,
+        description="how deep each member is traced; framework and deeper profile each "
+        "member's layers while it holds its device (GET /v1/evaluations/{id}/layers)",
+    )
+    trace_queries: int = Field(
+        strict=True,
+        default=DEFAULT_TRACE_QUERIES,
+        ge=1,
+        le=100,
+        description="queries per traced pass",
+    )
 
     @field_validator("version", "framework_version", "dataset_version")
     @classmethod
@@ -113,7 +128,7 @@ class ExperimentAccepted(BaseModel):
     id: uuid.UUID
     models: list[ModelRef] = Field(description="what is compared; members follow once planned")
     trace_id: str
-    trace_url: str
+    trace_url: str | None = Field(description="the trace in Jaeger; null where none is exported")
     status_url: str
 
 
@@ -137,7 +152,7 @@ class ExperimentOut(BaseModel):
     frameworks: FrameworkSelection
     hardware: str | None
     trace_id: str
-    trace_url: str
+    trace_url: str | None = Field(description="the trace in Jaeger; null where none is exported")
     requested_at: datetime
     updated_at: datetime
     members: list[MemberOut] = Field(description="one evaluation per matching agent")
@@ -190,6 +205,8 @@ async def create_experiment(
             tolerance=body.tolerance,
             timeout_s=body.timeout_s,
             concurrent=body.concurrent,
+            trace_level=body.trace_level,
+            trace_queries=body.trace_queries,
             requested_by="gateway",
         )
     except ValidationError as exc:  # e.g. a model listed twice

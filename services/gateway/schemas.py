@@ -17,6 +17,7 @@ from shared.messages import (
     Hardware,
     LatencySummary,
     Scenario,
+    SweepPoint,
     TraceLevel,
 )
 
@@ -81,6 +82,11 @@ class EvaluationCreate(BaseModel):
         description="measure without waiting for the device's lease, beside whatever else "
         "runs on it (a contention study); the result is labelled measured_under_contention",
     )
+    sweep: SweepPoint | None = Field(
+        default=None,
+        description="the sweep this evaluation is a load of (dlscope sweep labels each "
+        "load): GET /v1/sweeps/{sweep_id} and the page /sweeps/{sweep_id} gather them",
+    )
 
 
 # What the answer to a concurrent evaluation says: the flag is about an experiment's members.
@@ -94,7 +100,7 @@ ONE_EVALUATION_CONCURRENT = (
 class EvaluationAccepted(BaseModel):
     id: uuid.UUID
     trace_id: str
-    trace_url: str
+    trace_url: str | None = Field(description="the trace in Jaeger; null where none is exported")
     status_url: str
     warnings: list[str] = Field(
         default_factory=list, description="what in the request may not do what it seems to"
@@ -118,7 +124,7 @@ class EvaluationOut(BaseModel):
         description="what the latest attempt ran in: versions, CPU, load (at its start)"
     )
     trace_id: str
-    trace_url: str
+    trace_url: str | None = Field(description="the trace in Jaeger; null where none is exported")
     requested_at: datetime
     updated_at: datetime
     result: LatencySummary | None = Field(description="latency statistics, once completed")

@@ -7,6 +7,7 @@ It also knows every file its manifests pin, by sha256: the artifact server serve
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from dataclasses import dataclass, replace
 
@@ -137,8 +138,11 @@ class Catalog:
         """The highest version of ``name`` satisfying ``constraint``. Deprecated versions are
         chosen only when pinned exactly (``==1.2.0``, or ``===1.2.0`` as services pin one)."""
         if (kind, name) not in self._versions:
-            known = ", ".join(sorted(n for k, n in self._versions if k == kind)) or "none"
-            raise UnknownArtifact(f"unknown {kind} {name!r}; registered {kind}s: {known}")
+            names = sorted(n for k, n in self._versions if k == kind)
+            near = difflib.get_close_matches(name, names, n=3)
+            guess = f"did you mean: {', '.join(near)}? " if near else ""
+            known = ", ".join(names) or "none"
+            raise UnknownArtifact(f"unknown {kind} {name!r}; {guess}registered {kind}s: {known}")
         try:
             parse_constraint(constraint)
         except ValueError as exc:

@@ -125,6 +125,8 @@ def member_evaluations(
             split=request.split,
             requested_by=f"experiment {request.experiment_id}",
             experiment_id=request.experiment_id,
+            trace_level=request.trace_level,
+            trace_queries=request.trace_queries,
             concurrent=request.concurrent,
         )
         for member in plan.members

@@ -37,6 +37,8 @@ from shared.measurement.progress import Step
 __all__ = ["FrameworkCrashed", "FrameworkProcess"]
 
 log = logging.getLogger(__name__)
+# What the framework processes print, apart from the worker's own log.
+_output = logging.getLogger(f"{__name__}.output")
 
 # Lines of the process's output kept for a failure message, and how much of them it shows.
 _TAIL_LINES = 20
@@ -195,7 +197,7 @@ class FrameworkProcess:
             ),
             threading.Thread(
                 target=_read_output,
-                args=(self._process.stdout, self._tail),
+                args=(self._process.stdout, self._tail, self.framework),
                 name=f"{self.framework} output",
                 daemon=True,
             ),
@@ -342,14 +344,17 @@ def _read_messages(
             return
 
 
-def _read_output(stream: IO[bytes], tail: collections.deque[str]) -> None:
-    """The process's output, passed on to ours line by line; the last lines kept."""
+def _read_output(stream: IO[bytes], tail: collections.deque[str], framework: str) -> None:
+    """The process's output, line by line: the last lines kept (a crash quotes them), each
+    logged at INFO in the framework's name. So TensorFlow's and absl's banners, which no
+    environment variable silences in TensorFlow 2.21, show where the services' logs do
+    (``dlscope run -v``, ``up``, ``serve``), not under a plain ``dlscope run``'s result."""
     with contextlib.suppress(ValueError, OSError):  # closed under us when forgotten
         for raw in stream:
             line = raw.decode(errors="replace").rstrip()
             tail.append(line)
             with contextlib.suppress(Exception):
-                print(line, file=sys.stderr, flush=True)
+                _output.info("%s: %s", framework, line)
 
 
 def _signal_name(number: int) -> str:

@@ -45,7 +45,7 @@ from services.workers.tracing import record_trace
 from shared.artifacts import ArtifactCache
 from shared.errors import ArtifactError, BrokerUnavailable, DlscopeError
 from shared.manifests import matches
-from shared.measurement.progress import Step
+from shared.measurement.progress import WAITING_FOR_DEVICE, Step
 from shared.messages import (
     PROGRESS_KEY,
     CheckAttempt,
@@ -70,7 +70,6 @@ log = logging.getLogger(__name__)
 # (DLSCOPE_EVALUATION_TIMEOUT_S from its start), so the failure says what it waited for.
 WAIT_MARGIN_S = 10.0
 WAIT_MARGIN_SHARE = 0.1
-WAITING = "waiting for the device"
 
 Publish = Callable[[Payload], Awaitable[None]]
 
@@ -271,7 +270,8 @@ class JobRunner:
         async def waiting(holder: Holder | None, left_s: float | None) -> None:
             held_by = f"held by {holder.short}" if holder is not None else "held by another process"
             log.info("%s waits for device %s, %s", job.evaluation_id, device.name, holder or "?")
-            await tell(Step(WAITING, f"{WAITING} {device.name}, {held_by}", limit_s=left_s))
+            part = f"{WAITING_FOR_DEVICE} {device.name}, {held_by}"
+            await tell(Step(WAITING_FOR_DEVICE, part, limit_s=left_s))
 
         wait_s = None if until is None else max(0.0, until - time.monotonic())
         async with self.leases.hold(

@@ -176,6 +176,7 @@ def _requested(row: EvaluationView, event: StoredEvent, p: EvaluationRequested) 
         framework=row.framework or p.framework,
         hardware=row.hardware or p.hardware,
         agent_id=row.agent_id or p.agent_id,
+        sweep_id=None if p.sweep is None else p.sweep.sweep_id,
         status=_advance(row, "requested"),
     )
 

@@ -75,6 +75,18 @@ class StoreReader(Database):
             query = query.where(columns.requested_at < until)
         return [EvaluationView.from_row(row) for row in await self._rows(query)]
 
+    async def list_sweep(self, sweep_id: uuid.UUID, *, limit: int = 256) -> list[EvaluationView]:
+        """The evaluations labelled as loads of ``sweep_id``, in the order they were
+        requested (a load measured twice appears twice), at most ``limit``."""
+        columns = _evaluations.c
+        query = (
+            select(_evaluations)
+            .where(columns.sweep_id == sweep_id)
+            .order_by(columns.requested_at, columns.evaluation_id)
+            .limit(limit)
+        )
+        return [EvaluationView.from_row(row) for row in await self._rows(query)]
+
     async def get_evaluations(self, evaluation_ids: Sequence[uuid.UUID]) -> list[EvaluationView]:
         """The evaluations among ``evaluation_ids`` that have a row, in no particular order."""
         if not evaluation_ids:

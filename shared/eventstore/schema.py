@@ -146,12 +146,15 @@ evaluations = Table(
     Column("request", _json()),
     Column("result", _json()),
     Column("error", Text),
+    # The sweep it is a load of (its request's sweep label), so a sweep's page finds its loads.
+    Column("sweep_id", Uuid),
     # When requested; for an evaluation whose request was never seen, its first event's time.
     Column("requested_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
     Column("last_position", BigInteger, nullable=False),
     Index(None, "requested_at"),
     Index(None, "status", "requested_at"),
+    Index(None, "sweep_id"),
 )
 
 agents = Table(

@@ -168,6 +168,8 @@ class EvaluationView:
     updated_at: datetime
     # Position of the newest event applied to this row.
     last_position: int
+    # The sweep it is a load of (``dlscope sweep``), from its request.
+    sweep_id: uuid.UUID | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> EvaluationView:

@@ -1,8 +1,8 @@
 """Semantic versions and version constraints.
 
 Versions are strict semver (``MAJOR.MINOR.PATCH`` with an optional pre-release). Constraints
-use PEP 440 specifier syntax (``>=1.2,<2``, ``==1.2.*``, ``~=1.2``); ``*`` or an empty string
-matches any version.
+use PEP 440 specifier syntax (``>=1.2,<2``, ``==1.2.*``, ``~=1.2``); ``*``, ``latest`` or an
+empty string matches any version, and a bare version (``1.2.0``) only that one.
 """
 
 from __future__ import annotations
@@ -29,14 +29,19 @@ def parse_version(text: str) -> Version:
 
 
 def parse_constraint(text: str) -> SpecifierSet:
+    """``text`` as a specifier set: ``*``, ``latest`` or nothing match any version (the newest
+    is chosen), and a bare version pins it exactly (``1.0.1`` is ``==1.0.1``)."""
     text = text.strip()
     if text in ("", "*", "latest"):
         return SpecifierSet("")
+    if SEMVER.match(text):
+        return SpecifierSet(f"=={text}")
     try:
         return SpecifierSet(text)
     except InvalidSpecifier as exc:
         raise ValueError(
-            f"{text!r} is not a version constraint (use e.g. '>=1.0,<2', '==1.2.*' or '*')"
+            f"{text!r} is not a version constraint (use e.g. '>=1.0,<2', '==1.2.*', an exact "
+            "version such as 1.0.1, or latest)"
         ) from exc
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from shared.messages import GenerationSummary, LatencyStatistics, ReasonCode, Verdict
+from shared.messages import GenerationSummary, LatencyStatistics, Reason, ReasonCode, Verdict
 
 __all__ = [
     "Judgement",
@@ -34,6 +34,7 @@ __all__ = [
     "Probe",
     "Search",
     "disturbance",
+    "disturbing",
     "goodput_search",
     "judge_probe",
     "rate_search",
@@ -60,13 +61,15 @@ class Probe:
     remeasured: bool = False
 
 
+def disturbing(verdict: Verdict | None) -> list[Reason]:
+    """The errors that made a probe's run INVALID for anything but its bounds."""
+    return [] if verdict is None else [r for r in verdict.errors if r.code not in _BOUNDS]
+
+
 def disturbance(verdict: Verdict | None) -> str | None:
     """Why a probe's run was INVALID for anything but its bounds (the errors' codes and
     messages), or None when it was not."""
-    if verdict is None:
-        return None
-    errors = [r for r in verdict.errors if r.code not in _BOUNDS]
-    return "; ".join(f"{r.code}: {r.message}" for r in errors) or None
+    return "; ".join(f"{r.code}: {r.message}" for r in disturbing(verdict)) or None
 
 
 @dataclass

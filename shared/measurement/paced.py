@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 
@@ -114,8 +114,10 @@ async def open_loop(
     on_step: OnStep,
     watch: MachineWatch | None,
     max_in_flight: int = MAX_IN_FLIGHT,
+    arrivals_ns: Sequence[int] | None = None,
 ) -> tuple[ScenarioResult, list[R], list[R], list[int]]:
-    """Poisson arrivals at ``plan.target_qps``, each request issued at its time (at most
+    """Poisson arrivals at ``plan.target_qps`` (or ``arrivals_ns``, a replayed trace's, each
+    timed request ``i`` taking prompt ``i``), each request issued at its time (at most
     ``max_in_flight`` at once); the result (latency from the scheduled time to the last
     chunk), the timed requests in completion order, those that failed, and each timed
     request's lag (its issue - its scheduled time)."""
@@ -129,11 +131,15 @@ async def open_loop(
     on_step(warming_up(plan))
     first_ns = await one(0)
     warmup = await warm_up_async(lambda: one(next(counter)), plan.warmup)
-    arrivals = poisson_arrivals_ns(
-        plan.target_qps,
-        seed=plan.seed,
-        min_count=plan.min_query_count,
-        min_duration_ns=int(plan.min_duration_s * 1e9),
+    arrivals = (
+        poisson_arrivals_ns(
+            plan.target_qps,
+            seed=plan.seed,
+            min_count=plan.min_query_count,
+            min_duration_ns=int(plan.min_duration_s * 1e9),
+        )
+        if arrivals_ns is None
+        else np.asarray(arrivals_ns, dtype=np.int64)
     )
     on_step(timed_queries(plan, "", min(float(arrivals[-1]) / 1e9, plan.max_duration_s)))
     done: list[tuple[R, int]] = []

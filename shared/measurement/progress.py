@@ -17,6 +17,7 @@ from shared.measurement.scenarios import ScenarioPlan
 
 __all__ = [
     "SCENARIO",
+    "WAITING_FOR_DEVICE",
     "OnStep",
     "Step",
     "expected_timed_s",
@@ -29,6 +30,8 @@ __all__ = [
 
 # The phase every part of a scenario run belongs to; a crash report says "while <phase>".
 SCENARIO = "running the scenario"
+# The phase of a job waiting for its device's lease, which another measurement holds.
+WAITING_FOR_DEVICE = "waiting for the device"
 
 
 @dataclass(frozen=True)

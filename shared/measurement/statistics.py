@@ -32,6 +32,8 @@ import numpy as np
 from shared.messages.statistics import Interval, LatencyStatistics, Percentile, Throughput
 
 __all__ = [
+    "BOUND_LEGEND",
+    "BOUND_MARK",
     "REPORTED_PERCENTILES",
     "Interval",
     "LatencyStatistics",
@@ -45,6 +47,14 @@ __all__ = [
 ]
 
 REPORTED_PERCENTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
+# How every table, page and report marks a percentile of kind "bound" (fewer queries than
+# ``min_queries_for_percentile``), and the legend that says once which way it errs: what the
+# queries showed is a floor, the percentile itself may be higher.
+BOUND_MARK = "≥"
+BOUND_LEGEND = (
+    f"{BOUND_MARK} x: a bound: too few queries for that percentile (MLPerf's early-stopping "
+    "minimum), so the true value may be higher"
+)
 # LoadGen's early-stopping confidence (loadgen/results.cc, PerformanceSummary::EarlyStopping).
 EARLY_STOPPING_CONFIDENCE = 0.99
 

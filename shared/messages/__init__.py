@@ -143,6 +143,7 @@ from shared.messages.registry import (
     UploadedFile,
     artifact_stream,
 )
+from shared.messages.replay import MAX_REPLAYED, Replay, read_replay
 from shared.messages.results import (
     HarnessOverhead,
     LoadgenPhase,
@@ -155,6 +156,7 @@ from shared.messages.results import (
 from shared.messages.routing import Topology, job_key, rpc_key
 from shared.messages.scenario import DRIVERS, SCENARIOS
 from shared.messages.statistics import Interval, LatencyStatistics, Percentile, Throughput
+from shared.messages.sweep import SWEPT, SweepPoint, Swept
 from shared.messages.tracing import (
     DEFAULT_TRACE_LEVEL,
     DEFAULT_TRACE_QUERIES,
@@ -176,10 +178,12 @@ __all__ = [
     "HARDWARE",
     "MAX_BATCH_EVENTS",
     "MAX_FIGURE_IDS",
+    "MAX_REPLAYED",
     "PROFILED_LEVELS",
     "PROGRESS_KEY",
     "SCENARIOS",
     "SERVED_METRICS",
+    "SWEPT",
     "TRACE_LEVELS",
     "UNAVAILABLE",
     "AccuracyMeasurement",
@@ -269,6 +273,7 @@ __all__ = [
     "ReasonCode",
     "RegisterArtifact",
     "RegistrationResult",
+    "Replay",
     "ResolveArtifact",
     "ResolvedArtifact",
     "RunCost",
@@ -283,6 +288,8 @@ __all__ = [
     "SingleStream",
     "SteadyWindow",
     "StopReason",
+    "SweepPoint",
+    "Swept",
     "Throughput",
     "TimedPhase",
     "TokenFigures",
@@ -311,6 +318,7 @@ __all__ = [
     "is_batch",
     "job_key",
     "payload_type",
+    "read_replay",
     "read_typed",
     "rpc_key",
 ]

@@ -91,7 +91,10 @@ class BatchPoint(Frozen):
     headline_ms: float
     headline_low_ms: float | None
     headline_high_ms: float | None
-    bound: bool = Field(description="too few queries to claim the headline: an upper bound")
+    bound: bool = Field(
+        description="too few queries to estimate the headline: a bound (the true value may be "
+        "higher)"
+    )
     p50_ms: float
     p99_ms: float
     throughput_per_s: float

@@ -31,6 +31,7 @@ from shared.messages.profiling import LayerTiming, LevelOutcome
 from shared.messages.results import LoadgenResult, ScenarioResult
 from shared.messages.scenario import Scenario
 from shared.messages.statistics import LatencyStatistics
+from shared.messages.sweep import SweepPoint
 from shared.messages.tracing import DEFAULT_TRACE_LEVEL, DEFAULT_TRACE_QUERIES, TraceLevel
 from shared.messages.verdicts import Verdict
 
@@ -113,6 +114,9 @@ class EvaluationRequested(Payload):
     experiment_id: uuid.UUID | None = Field(
         default=None, description="the experiment this evaluation is a member of"
     )
+    sweep: SweepPoint | None = Field(
+        default=None, description="the sweep this evaluation is a load of (dlscope sweep)"
+    )
     trace_level: TraceLevel = Field(
         default=DEFAULT_TRACE_LEVEL,
         description="how deep to trace: none, application, model, framework, library, "
@@ -130,11 +134,12 @@ class EvaluationRequested(Payload):
     @model_validator(mode="after")
     def _prompts_from_one_place(self) -> Self:
         # Refused here, so a request never waits in a queue to fail on it.
-        if self.dataset is not None and self.scenario.input_tokens is not None:
-            raise ValueError(
-                f"scenario.input_tokens makes synthetic prompts, and dataset {self.dataset!r} "
-                "gives its own: leave one of them out"
-            )
+        for field in ("input_tokens", "replay"):
+            if self.dataset is not None and getattr(self.scenario, field) is not None:
+                raise ValueError(
+                    f"scenario.{field} makes synthetic prompts, and dataset {self.dataset!r} "
+                    "gives its own: leave one of them out"
+                )
         return self
 
 

@@ -29,6 +29,7 @@ from shared.manifests import parse_constraint
 from shared.messages.costs import RunCost
 from shared.messages.envelope import Payload
 from shared.messages.evaluation import AccuracyMeasurement, Framework, Hardware, Scenario
+from shared.messages.tracing import DEFAULT_TRACE_LEVEL, DEFAULT_TRACE_QUERIES, TraceLevel
 from shared.messages.verdicts import Verdict
 
 __all__ = [
@@ -129,6 +130,14 @@ class ExperimentRequested(Payload):
         description="run the members together, without device leases (a contention study): "
         "each result is labelled measured_under_contention. By default members that share "
         "a device are measured one at a time",
+    )
+    trace_level: TraceLevel = Field(
+        default=DEFAULT_TRACE_LEVEL,
+        description="how deep each member is traced (as EvaluationRequested.trace_level): "
+        "its layer breakdown is its own, profiled while it holds its device",
+    )
+    trace_queries: int = Field(
+        default=DEFAULT_TRACE_QUERIES, ge=1, le=100, description="queries each traced pass runs"
     )
     requested_by: str | None = Field(default=None, max_length=MAX_NAME)
 

@@ -132,6 +132,11 @@ class Server(_LatencyBound):
     target_qps: float = Field(default=500.0, gt=0, le=10_000_000, description="mean arrival rate")
     latency_bound_ms: float = Field(default=10.0, gt=0, description="p99 must stay within")
     target_latency_percentile: float = Field(default=0.99, gt=0, lt=1)
+    arrivals: Literal["poisson", "replay"] = Field(
+        default="poisson",
+        description="poisson: seeded Poisson arrivals at target_qps; replay: a trace's "
+        "arrival times (the scenario's replay), target_qps its mean rate",
+    )
     issuer: Literal["inline", "thread"] = Field(
         default="inline",
         description="thread: an issuing thread hands queries to the worker (LoadGen's shape, "

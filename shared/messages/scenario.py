@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, StrictInt, model_validator
 from shared.inputs import MAX_SEED, REQUESTED
 from shared.messages import plans
 from shared.messages.lengths import TokenLengths
+from shared.messages.replay import Replay
 
 __all__ = ["DRIVERS", "SCENARIOS", "Driver", "Scenario", "ScenarioName"]
 
@@ -131,6 +132,12 @@ class Scenario(BaseModel):
         description="text generation: each prompt's output length drawn from this, seeded "
         "(pinned with ignore_eos, at most with it off); None: max_new_tokens for every one",
     )
+    replay: Replay | None = Field(
+        default=None,
+        description="text generation, server scenario: replay this trace (each request's "
+        "arrival, prompt length and output length) instead of Poisson arrivals and drawn "
+        "lengths; the run is the trace's requests",
+    )
     ignore_eos: bool = Field(
         strict=True,
         default=True,
@@ -220,11 +227,8 @@ class Scenario(BaseModel):
                 return f"batch sizes must be >= 1, got {list(self.batch_sizes)}"
             if len(set(self.batch_sizes)) != len(self.batch_sizes):
                 return f"batch sizes repeat: {list(self.batch_sizes)}"
-        if self.output_tokens is not None and self.output_tokens.longest > _MAX_NEW_TOKENS:
-            return (
-                f"output_tokens: at most {_MAX_NEW_TOKENS} tokens a request, and "
-                f"{self.output_tokens} asks up to {self.output_tokens.longest}"
-            )
+        if (problem := self._unworkable()) is not None:
+            return problem
         if self.top_k is not None and self.temperature == 0:
             return "top_k: it applies when sampling: give a temperature above 0"
         if self.concurrency != 1 and self.name != "single-stream":
@@ -234,10 +238,38 @@ class Scenario(BaseModel):
             return self._no_adaptive_stop
         return None
 
+    def _unworkable(self) -> str | None:
+        """What is wrong with the workload's lengths or its replayed trace."""
+        if self.output_tokens is not None and self.output_tokens.longest > _MAX_NEW_TOKENS:
+            return (
+                f"output_tokens: at most {_MAX_NEW_TOKENS} tokens a request, and "
+                f"{self.output_tokens} asks up to {self.output_tokens.longest}"
+            )
+        replay = self.replay
+        if replay is None:
+            return None
+        if self.name != "server":
+            return "replay: a trace sets when requests arrive: it runs in the server scenario"
+        if self.driver != "native":
+            return "replay: LoadGen draws its own arrivals; a trace replays on the native driver"
+        if self.input_tokens is not None or self.output_tokens is not None:
+            return (
+                "replay: the trace gives each request's prompt and output lengths: leave "
+                "input_tokens and output_tokens out"
+            )
+        if replay.longest_output > _MAX_NEW_TOKENS:
+            return (
+                f"replay: at most {_MAX_NEW_TOKENS} output tokens a request, and the trace "
+                f"asks up to {replay.longest_output}"
+            )
+        return None
+
     @property
     def longest_output(self) -> int:
         """The most tokens any one request may generate: what a context must leave room
         for."""
+        if self.replay is not None:
+            return self.replay.longest_output
         return self.max_new_tokens if self.output_tokens is None else self.output_tokens.longest
 
     @property
@@ -297,6 +329,15 @@ class Scenario(BaseModel):
                 min_query_count=self.iterations,
                 adaptive=adaptive,
                 **timed,
+            )
+        if self.name == "server" and self.replay is not None:
+            # The trace is the run: its requests at its times, whatever the minimums say.
+            return plans.Server(
+                target_qps=min(self.replay.rate, _MAX_QPS),
+                latency_bound_ms=self.latency_bound_ms,
+                min_query_count=self.replay.count,
+                arrivals="replay",
+                **{**timed, "min_duration_s": 0.0},
             )
         if self.name == "server":
             return plans.Server(

@@ -40,6 +40,7 @@ from shared.messages import (
     EvaluationScheduled,
     EvaluationStarted,
     Payload,
+    SweepPoint,
     agent_stream,
     evaluation_stream,
 )
@@ -846,6 +847,43 @@ async def test_events_the_contracts_refuse_are_found_and_quarantined_out_of_the_
     assert (await evaluation(store, item)).status == "completed"
 
 
+async def test_a_sweeps_loads_are_found_by_its_id_in_the_order_they_were_requested(
+    store: EventStore,
+) -> None:
+    # Given three loads of one sweep (the middle one measured twice), one of another sweep
+    # and an evaluation of no sweep
+    sweep, other = uuid.uuid4(), uuid.uuid4()
+    loads = [(sweep, 1.0), (sweep, 4.0), (sweep, 4.0), (other, 1.0), (sweep, 16.0), (None, 0)]
+    items = [Evaluation() for _ in loads]
+    for second, (item, (sweep_id, level)) in enumerate(zip(items, loads, strict=True)):
+        point = (
+            None if sweep_id is None else SweepPoint(sweep_id=sweep_id, over="streams", level=level)
+        )
+        requested = event(
+            EvaluationRequested(
+                evaluation_id=item.evaluation_id,
+                model=item.model,
+                framework="onnxruntime",
+                sweep=point,
+            ),
+            stream_id=item.stream,
+            correlation_id=item.evaluation_id,
+            when=at(second),
+        )
+        assert await store.append([requested]) == [True]
+
+    # When the sweep's loads are read
+    found = await store.list_sweep(sweep)
+
+    # Then they are its four evaluations, as requested, each knowing its sweep
+    assert [view.evaluation_id for view in found] == [items[i].evaluation_id for i in (0, 1, 2, 4)]
+    assert {view.sweep_id for view in found} == {sweep}
+    assert [view.request["sweep"]["level"] for view in found if view.request] == [1, 4, 4, 16]
+    assert (await evaluation(store, items[5])).sweep_id is None
+    assert [v.evaluation_id for v in await store.list_sweep(other)] == [items[3].evaluation_id]
+    assert await store.list_sweep(uuid.uuid4()) == []
+
+
 # --- the schema and the database ------------------------------------------------------------
 
 
@@ -858,7 +896,7 @@ async def test_upgrade_is_idempotent_and_reports_the_head_revision(database_url:
     await upgrade(database_url)
 
     # Then it is at the newest revision and a store works on it
-    assert await current_revision(database_url) == head_revision() == "0006"
+    assert await current_revision(database_url) == head_revision() == "0007"
     async with EventStore.from_url(database_url) as store:
         await store.ping()
         assert await store.count_events() == 0

@@ -23,8 +23,10 @@ from tests.tiers import CHROMIUM_MISSING, STRICT
 __all__ = [
     "ARTIFACTS",
     "CHROMIUM",
+    "DOCS_IMAGES",
     "Browser",
     "charts_drawn",
+    "docs_shot",
     "launch_chromium",
     "playwright_api",
     "policy_of",
@@ -34,6 +36,9 @@ __all__ = [
 
 CHROMIUM = Path(os.environ.get("DLSCOPE_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = Path(os.environ.get("DLSCOPE_TEST_ARTIFACTS", REPOSITORY_ROOT / "build/screenshots"))
+# The pictures of the UI in README.md and docs/: written by the browser tests on every run, so
+# they show the pages as they are.
+DOCS_IMAGES = REPOSITORY_ROOT / "docs/images"
 
 playwright_api = pytest.importorskip(
     "playwright.async_api", reason="the browser tests need the 'playwright' package"
@@ -110,6 +115,13 @@ async def launch_chromium(playwright: Any) -> Any:
 
 async def shot(page: Any, name: str) -> None:
     await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+async def docs_shot(page: Any, name: str) -> None:
+    """The page as the docs show it (``docs/images/<name>.png``): what a screen holds of it,
+    not the whole length of the page."""
+    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(DOCS_IMAGES / f"{name}.png"))
 
 
 async def charts_drawn(page: Any) -> int:

@@ -74,9 +74,40 @@ def test_run_evaluates_the_built_in_model_and_writes_the_full_result(tmp_path: P
 def test_run_of_an_unknown_model_fails_naming_it(tmp_path: Path) -> None:
     result = dlscope(tmp_path, "run", "resnet9000")
     assert result.returncode == 1
-    assert "unknown model 'resnet9000'; registered models: " in result.stderr
-    assert "resnet50" in result.stderr
+    assert "unknown model 'resnet9000'; did you mean: resnet50? registered models: " in (
+        result.stderr
+    )
     assert "squeezenet" in result.stderr
+
+
+def test_a_misspelt_model_gets_the_nearest_names_and_the_zoo_built_on_first_use(
+    tmp_path: Path,
+) -> None:
+    result = dlscope(tmp_path, "run", "squeezenat")
+    assert result.returncode == 1
+    [said] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert said.startswith("error: unknown model 'squeezenat'; did you mean: squeezenet? ")
+    assert "; built on first use: digits-cnn, digits-cnn-torch, digits-cnn-tf, minilm-l6" in said
+    assert "Traceback" not in result.stderr
+
+
+def test_a_dataset_of_another_shape_fails_the_evaluation_in_one_line(tmp_path: Path) -> None:
+    result = dlscope(
+        tmp_path, "run", "squeezenet", "--dataset", "digits", "--json", str(tmp_path / "r.json")
+    )
+    assert result.returncode == 1
+    [said] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "dataset digits@1.0.0 does not fit squeezenet@1.0.1: its samples are [8, 8]" in said
+    assert "takes samples of [3, 224, 224]" in said
+    assert "ONNXRuntimeError" not in result.stderr
+    assert " index: 1 Got: 8" not in result.stderr
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert document["evaluation"]["status"] == "failed"
+    # Refused while the inputs were prepared: nothing was measured.
+    assert [e["type"] for e in document["events"]][-2:] == [
+        "evaluation.started",
+        "evaluation.failed",
+    ]
 
 
 def test_run_on_an_unknown_framework_is_refused_before_anything_starts(tmp_path: Path) -> None:

@@ -110,6 +110,10 @@ async def test_models_submit_layers_and_report_go_to_the_deployment(
     assert f"evaluation {evaluation['id']} accepted" in shown
     assert "p50 (ms)" in shown
     assert f"full result written to {result_file}" in shown
+    # The layers, as `dlscope layers` ranks them; no link to a Jaeger this deployment lacks.
+    assert "by median µs per query" in shown
+    assert "time per op type" in shown
+    assert "16686" not in shown
 
     layers = await asyncio.to_thread(run, "layers", evaluation["id"], "--top", "3")
     assert layers.returncode == 0, layers.stderr

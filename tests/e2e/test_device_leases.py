@@ -26,6 +26,8 @@ from dlscope.cli.outcome import COMPLETED
 from dlscope.zoo import BuiltModel
 from harness.deployment import throwaway_deployment
 from harness.waiting import experiment_outcome, models_listed
+from services.workers.devices import cpu_device
+from services.workers.leases import DeviceLeases
 from shared.config import REPOSITORY_ROOT
 from shared.eventstore import EventStore
 from shared.messages import evaluation_stream
@@ -220,3 +222,28 @@ def test_concurrent_with_one_framework_is_accepted_and_said_to_mean_little(tmp_p
     evaluation = json.loads((tmp_path / "one.json").read_text())["evaluation"]
     reasons = {r["code"] for r in evaluation["result"]["verdict"]["reasons"]}
     assert CONTENTION in reasons
+
+
+async def test_a_run_without_a_terminal_says_whose_lease_it_waits_for_and_when_it_got_it(
+    tmp_path: Path,
+) -> None:
+    # The test holds the CPU's lease as another run would; the run's stderr is a pipe.
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DLSCOPE_")}
+    environment.update(DLSCOPE_HOME=str(tmp_path), DLSCOPE_LEASE_DIR=str(tmp_path / "leases"))
+    device = cpu_device(os.sched_getaffinity(0))
+    other = uuid.uuid4()
+    leases = DeviceLeases(tmp_path / "leases", host="here")
+    arguments = ("run", "squeezenet", "-n", "5", "--warmup", "0", "--trace-level", "none")
+    async with leases.hold(device, evaluation_id=other, agent_id="another-run"):
+        running = asyncio.create_task(asyncio.to_thread(dlscope, environment, *arguments))
+        await asyncio.sleep(8)  # started, scheduled, and waiting for the device
+    result = await running
+    assert result.returncode in COMPLETED, result.stderr
+    said = result.stderr.splitlines()
+    waiting = [line for line in said if "waiting for the device" in line]
+    assert len(waiting) == 1, said  # one line, though no row is drawn without a terminal
+    assert waiting[0].startswith(
+        f"squeezenet on onnxruntime: waiting for the device {device.name}, held by evaluation "
+        f"{str(other)[:8]} on agent another-run (at most "
+    )
+    assert any(line.startswith("squeezenet on onnxruntime: got the device after") for line in said)

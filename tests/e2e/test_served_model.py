@@ -120,3 +120,43 @@ def test_a_workload_of_drawn_lengths_asks_each_request_for_its_own(
     assert timed == [rows[(start + i) % len(rows)] for i in range(len(timed))]
     assert len({out for _, out in timed}) > 3
     assert len({inp for inp, _ in timed}) > 3
+
+
+def test_a_replayed_trace_sends_each_request_at_its_time_with_its_lengths(
+    stub: str, tmp_path: Path
+) -> None:
+    # A Mooncake-format trace (the field's, as AIPerf reads it): bursts and gaps, each request
+    # its own prompt and output length.
+    rows = [(0, 6, 3), (0, 20, 9), (150, 11, 5), (400, 4, 12), (400, 30, 2), (420, 9, 7)]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": 5000 + at, "input_length": i, "output_length": o}) + "\n"
+            for at, i, o in rows
+        )
+    )
+    tokenizer = write_stub_tokenizer(tmp_path / "tokenizer.json")
+    asked = ("--served-model", MODEL, "--tokenizer", str(tokenizer), "--endpoint", stub)
+    run = dlscope(
+        tmp_path,
+        *("run", *asked, "--scenario", "server", "--replay", str(trace), "--warmup", "0"),
+        *("--json", str(tmp_path / "run.json")),
+    )
+    assert run.returncode in COMPLETED, run.stdout + run.stderr
+    shown = " ".join(run.stdout.split())
+    assert "server (native driver, a replayed trace)" in shown
+    assert "workload: replay of 6 requests over 0.4 s (trace.jsonl, sha256 " in shown
+    document = json.loads((tmp_path / "run.json").read_text())
+    replay = document["evaluation"]["request"]["scenario"]["replay"]
+    assert replay["at_ms"] == [5000 + at for at, _, _ in rows]  # recorded, so it replays
+    assert replay["source"].startswith("trace.jsonl, sha256 ")
+    generation = document["evaluation"]["result"]["generation"]
+    assert generation["failures"] == {}
+    requests = document["events"][3]["payload"]["generation"]["requests"]
+    # Every request of the trace, once, at its offset, with its prompt and output lengths.
+    start = min(r["scheduled_ns"] for r in requests)
+    sent = sorted(
+        ((r["scheduled_ns"] - start) // 1_000_000, r["input_tokens"], r["counted_tokens"])
+        for r in requests
+    )
+    assert sent == sorted(rows)

@@ -1,12 +1,15 @@
-"""Without a Jaeger: ``dlscope run`` at trace level ``framework`` with
-``DLSCOPE_OTLP_ENDPOINT=file://...`` writes its spans to a file; ``dlscope trace`` turns the
-evaluation's trace into Chrome trace JSON (chrome://tracing, Perfetto) and OTLP JSON; and
-``dlscope layers`` reads the layers back from the embedded event store."""
+"""Without a Jaeger: ``dlscope run`` at trace level ``framework``, with no exporter
+configured, keeps its spans in a file under DLSCOPE_HOME (or where
+``DLSCOPE_OTLP_ENDPOINT=file://...`` says) and points to ``dlscope trace <id>``, not to a
+Jaeger; ``dlscope trace`` turns the evaluation's trace into Chrome trace JSON
+(chrome://tracing, Perfetto) and OTLP JSON; and ``dlscope layers`` reads the layers back
+from the embedded event store, ranked as the run printed them."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +19,7 @@ import pytest
 
 from dlscope.cli.outcome import COMPLETED
 from shared.config import REPOSITORY_ROOT
+from shared.trace_files import default_trace_file, read_spans
 
 pytestmark = pytest.mark.e2e
 
@@ -31,6 +35,39 @@ def dlscope(home: Path, *arguments: str, **environment: str) -> subprocess.Compl
         text=True,
         timeout=300,
     )
+
+
+def _top_layers(stdout: str) -> list[str]:
+    """The layer names of the first per-layer table printed (its rows start with a name)."""
+    rows = stdout.split("framework level: onnxruntime session profiling", 1)[1]
+    rows = rows.split("time per op type", 1)[0]
+    return [line.split("│")[1].strip() for line in rows.splitlines() if line.startswith("│ ")]
+
+
+def test_a_run_without_an_exporter_points_to_dlscope_trace_and_counts_its_spans(
+    tmp_path: Path,
+) -> None:
+    ran = dlscope(tmp_path, "run", "squeezenet", "-n", "5", "--trace-level", "framework")
+    assert ran.returncode in COMPLETED, ran.stderr
+    assert "16686" not in ran.stdout  # no link to a Jaeger nobody started
+    trace_id = re.search(r"trace ([0-9a-f]{32}): dlscope trace \1", ran.stdout)
+    assert trace_id is not None, ran.stdout
+    kept = read_spans(default_trace_file(tmp_path), trace_id[1])
+    services = sum("dlscope.trace_level" not in span.attributes for span in kept)
+    (application,) = [line for line in ran.stdout.splitlines() if "│ application" in line]
+    assert application.split("│")[-2].strip() == str(services) != "0"
+
+    shown = dlscope(tmp_path, "trace", trace_id[1])
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[1].startswith("dlscope run  ")
+    assert f"{len(kept)} spans" in shown.stdout.splitlines()[0]
+
+    # The run printed its layers in the order ``dlscope layers`` lists them.
+    evaluation_id = re.search(r"evaluation ([0-9a-f-]{36}), trace", ran.stdout)
+    assert evaluation_id is not None
+    listed = dlscope(tmp_path, "layers", evaluation_id[1])
+    assert listed.returncode == 0, listed.stderr
+    assert _top_layers(ran.stdout) == _top_layers(listed.stdout) != []
 
 
 def test_a_traced_run_becomes_a_chrome_trace_and_keeps_its_layers(tmp_path: Path) -> None:

@@ -254,6 +254,34 @@ async def test_one_request_evaluates_the_model_on_every_framework_and_compares_t
     assert {e.trace_id for e in stored} == {accepted["trace_id"]}
 
 
+async def test_each_member_of_a_traced_experiment_has_its_own_layers_measured_in_turn(
+    stack: Stack,
+) -> None:
+    body = {"model": "linear", "scenario": {"iterations": 3, "min_duration_s": 0, "warmup": 0}}
+    response = await stack.http.post(
+        "/v1/experiments", json={**body, "trace_level": "framework", "trace_queries": 2}
+    )
+    assert response.status_code == 202, response.text
+    # Each member's profiled pass comes after its timed one, both while it holds the device.
+    experiment = await experiment_outcome(stack.http, response.json()["id"], timeout=120)
+    assert experiment["status"] == "compared", experiment["error"]
+    windows = []
+    for member in experiment["members"]:
+        path = f"/v1/evaluations/{member['evaluation_id']}"
+        layers = (await stack.http.get(f"{path}/layers")).json()
+        assert layers["framework"] == member["framework"]
+        assert layers["trace_level"] == "framework"
+        (profiled,) = layers["passes"]
+        assert profiled["queries"] == 2
+        assert profiled["top"]
+        events = (await stack.http.get(f"{path}/events")).json()
+        (measured,) = [e["payload"] for e in events if e["type"] == "evaluation.measured"]
+        windows.append((measured["lease"]["acquired_at"], measured["lease"]["released_at"]))
+    # One after another, each holding the device while it was measured and profiled.
+    (first, second) = sorted(windows)
+    assert first[1] <= second[0]
+
+
 async def test_without_a_dataset_parity_is_measured_on_seeded_synthetic_inputs(
     stack: Stack,
 ) -> None:

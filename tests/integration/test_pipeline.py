@@ -97,7 +97,8 @@ async def submit(http: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
 
 async def test_an_evaluation_runs_through_every_service_as_one_trace(stack: Stack) -> None:
     accepted = await submit(stack.http)
-    assert accepted["trace_url"] == f"http://localhost:16686/trace/{accepted['trace_id']}"
+    # No exporter configured: no link to a Jaeger nobody started.
+    assert accepted["trace_url"] is None
     assert accepted["status_url"] == f"/v1/evaluations/{accepted['id']}"  # on this gateway
 
     evaluation = await evaluation_outcome(stack.http, accepted["id"])

@@ -5,6 +5,7 @@ request would go to the embedded dlscope, a gateway or a broker."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 import pytest
 import typer
@@ -12,6 +13,8 @@ from typer.testing import CliRunner
 
 from dlscope.cli import app
 from dlscope.cli.options import ComparisonOptions, EvaluationOptions
+from services.scheduler.experiments import member_evaluations
+from shared.messages import ExperimentMember, ExperimentScheduled
 
 # Nothing listens here: a command that got past its options would fail to connect instead.
 UNREACHABLE = ["--gateway", "http://127.0.0.1:9"]
@@ -30,7 +33,7 @@ def _options(command: str) -> set[str]:
 def test_the_three_commands_take_every_evaluation_option() -> None:
     evaluation = {field.name for field in dataclasses.fields(EvaluationOptions)}
     comparison = {field.name for field in dataclasses.fields(ComparisonOptions)}
-    assert len(evaluation) == 32  # --input-tokens and --output-tokens joined the workload
+    assert len(evaluation) == 33  # --replay joined the workload
     for command in COMMANDS:
         assert evaluation <= _options(command), command
     # Only the commands that can start an experiment compare its members.
@@ -67,12 +70,36 @@ def test_a_bad_option_is_refused_the_same_way_by_each_command(
     assert said in " ".join(result.output.split())
 
 
-def test_an_experiment_refuses_a_trace_level_before_it_starts() -> None:
-    result = CliRunner().invoke(
-        app, ["submit", "digits-cnn", "-f", "all", "--trace-level", "framework", *UNREACHABLE]
+def test_an_experiment_traces_each_member_at_the_level_asked_for() -> None:
+    options = EvaluationOptions(framework="onnxruntime,pytorch", trace_level="framework")
+    request = options.experiment(
+        "digits-cnn", ["onnxruntime", "pytorch"], ComparisonOptions(), requested_by="test"
     )
-    assert result.exit_code == 2
-    assert "trace one evaluation, not an experiment" in " ".join(result.output.split())
+    assert (request.trace_level, request.trace_queries) == ("framework", 5)
+    plan = ExperimentScheduled(
+        experiment_id=request.experiment_id,
+        members=[
+            ExperimentMember(
+                evaluation_id=uuid.uuid4(),
+                model="digits-cnn",
+                model_version="1.0.0",
+                framework=framework,
+                framework_version="1",
+                agent_id=f"host-{framework}-cpu",
+                host="host",
+            )
+            for framework in ("onnxruntime", "pytorch")
+        ],
+        tolerance=request.tolerance,
+        deadline_s=60,
+    )
+    members = member_evaluations(request, plan)
+    assert [(m.framework, m.trace_level, m.trace_queries) for m in members] == [
+        ("onnxruntime", "framework", 5),
+        ("pytorch", "framework", 5),
+    ]
+    # Measured one at a time, each holding the device, unless asked to run together.
+    assert not any(m.concurrent for m in members)
 
 
 @pytest.mark.parametrize(

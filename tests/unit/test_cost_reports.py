@@ -68,9 +68,9 @@ def test_the_markdown_says_the_cost_and_escapes_what_the_machine_said(
     assert "### Cost, and the machine while timed" in text
     assert "- CPU per query: 9 ms of CPU" in text
     assert "- peak memory: 300 MiB over the job" in text
-    # (A value's leading "0." is escaped: it could start an ordered list.)
-    assert "- other processes: 0\\.02 of 2 cores" in text
-    assert "Noise probe: 2\\.400 ms before the warm-up, 2.460 ms after the timed queries" in text
+    # A value's leading number is written as it is: "0.02" opens no ordered list ("0. " would).
+    assert "- other processes: 0.02 of 2 cores" in text
+    assert "Noise probe: 2.400 ms before the warm-up, 2.460 ms after the timed queries" in text
     assert "\\| \\[link\\](https://evil.example)" in text  # shown as text, no cell, no link
 
 
@@ -114,3 +114,26 @@ def test_a_drawn_workload_is_said_where_the_report_says_what_ran() -> None:
     )
     html = report_html(document)
     assert "prompts of uniform 16-96, outputs of normal 24±8 in 1-56 tokens, seeded" in html
+
+
+def test_a_replayed_trace_is_said_where_the_report_says_what_ran() -> None:
+    summary = summarize(measured(window(own_cpu_s=3.6), JobReadings()))
+    replay = {
+        "source": "day.jsonl, sha256 0123456789abcdef",
+        "at_ms": [0, 1500, 3000],
+        "input_tokens": [10, 20, 30],
+        "output_tokens": [5, 6, 7],
+    }
+    asked = view("completed", result=summary, request={"scenario": {"replay": replay}})
+    document = ReportDocument(
+        experiments=[],
+        evaluations=[
+            EvaluationDocument(view=asked, trace_url="http://jaeger/t", figures=None, events=[])
+        ],
+        notes=[],
+        not_found=[],
+    )
+    assert (
+        "replay of 3 requests over 3.0 s (day.jsonl, sha256 0123456789abcdef): each request at "
+        "its time in the trace, with its prompt and output lengths"
+    ) in report_html(document)

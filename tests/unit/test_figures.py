@@ -176,8 +176,8 @@ def test_layers_of_a_profiled_pass_come_first_per_query() -> None:
                         op_type="Conv",
                         calls=5,
                         total_ns=ns,
-                        mean_ns=1,
-                        p50_ns=1,
+                        mean_ns=ns / 5,
+                        p50_ns=ns / 5,
                         share=s,
                     )
                     for name, ns, s in (("small", 500_000, 0.1), ("big", 2_500_000, 0.5))

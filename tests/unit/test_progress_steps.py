@@ -5,6 +5,7 @@ the command line shows for it."""
 from __future__ import annotations
 
 import io
+import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -23,7 +24,7 @@ from shared.measurement import (
     WarmupSettings,
     run_scenario,
 )
-from shared.measurement.progress import SCENARIO, Step
+from shared.measurement.progress import SCENARIO, WAITING_FOR_DEVICE, Step
 
 QUICK_WARMUP = WarmupSettings(window_queries=8, max_windows=3)
 
@@ -135,3 +136,21 @@ def test_a_child_run_writes_its_events_as_lines_its_parent_reads_back(
     lines = capsys.readouterr().err.splitlines()
     assert [parse_line(line) for line in lines] == [("evaluation.progress", event)]
     assert parse_line("error: something else the child said") is None
+
+
+def test_a_wait_for_the_device_is_said_in_a_line_even_without_a_terminal() -> None:
+    out = io.StringIO()
+    # A console on a file, as stderr is under a CI job or a pipe: no row is drawn there.
+    live = LiveEvaluations(Progress(*columns(), console=Console(file=out, width=200)))
+    key = "6f0c2c4e-0000-4000-8000-000000000002"
+    part = "waiting for the device cpu0-1, held by evaluation 1a2b3c4d on agent host-ort-cpu"
+    live.observe("evaluation.requested", {"evaluation_id": key, "model": "m", "framework": "f"})
+    wait = {"evaluation_id": key, "phase": WAITING_FOR_DEVICE, "part": part, "limit_s": 590.0}
+    live.observe("evaluation.progress", wait)
+    live.observe("evaluation.progress", wait)  # asked again, the same holder: said once
+    live.observe("evaluation.progress", {"evaluation_id": key, "phase": "loading the model"})
+    live.observe("evaluation.progress", {"evaluation_id": key, "phase": "measuring accuracy"})
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"m on f: {part} (at most 9 min 50 s)"
+    assert re.fullmatch(r"m on f: got the device after \d+\.\d s", lines[1])
+    assert len(lines) == 2

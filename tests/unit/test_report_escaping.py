@@ -222,8 +222,8 @@ def test_a_language_models_reports_lead_with_its_token_figures() -> None:
     # The stub run's first chunk came 80 ms after each arrival, then one every 20 ms.
     assert markdown.index("# Tokens") < markdown.index("# Statistics")
     # p99 of 64 values is a bound (too few to estimate it), and said to be
-    assert "- TTFT p50 / p99: 80 / ≤ 80 ms" in markdown
-    assert "- TPOT p50 / p99: 20 / ≤ 20 ms" in markdown
+    assert "- TTFT p50 / p99: 80 / ≥ 80 ms" in markdown
+    assert "- TPOT p50 / p99: 20 / ≥ 20 ms" in markdown
     assert "- timed requests: 64, 0 failed (never samples)" in markdown
     assert "| TTFT | 64 | 80 | 80 \\[80, 80\\] |" in markdown
     (row,) = csv.DictReader(io.StringIO(report_csv(document)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from dlscope.cli import app
@@ -14,6 +15,7 @@ from shared.messages import (
     TRACE_LEVELS,
     Envelope,
     EvaluationRequested,
+    ExperimentRequested,
     RunEvaluation,
     evaluation_stream,
 )
@@ -73,9 +75,10 @@ def test_the_cli_refuses_an_unknown_level_before_running_anything() -> None:
     assert "'kernels'" in said
 
 
-def test_an_experiment_is_not_traced_deeper_than_the_default() -> None:
-    result = CliRunner().invoke(
-        app, ["run", "digits-cnn", "--framework", "all", "--trace-level", "framework"]
-    )
-    assert result.exit_code == 2
-    assert "not an experiment" in " ".join(result.output.split())
+def test_an_experiment_traces_its_members_at_the_level_it_asks_for() -> None:
+    asked = {"experiment_id": str(uuid.uuid4()), "models": [{"model": "digits-cnn"}]}
+    assert ExperimentRequested.model_validate(asked).trace_level == "model"
+    deep = ExperimentRequested.model_validate({**asked, "trace_level": "framework"})
+    assert (deep.trace_level, deep.trace_queries) == ("framework", 5)
+    with pytest.raises(ValidationError, match="trace_level"):
+        ExperimentRequested.model_validate({**asked, "trace_level": "kernels"})

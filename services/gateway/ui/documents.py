@@ -52,9 +52,10 @@ class EventLine:
 @dataclass(frozen=True, slots=True)
 class EvaluationDocument:
     view: EvaluationView
-    trace_url: str
+    trace_url: str | None  # None: no collector; trace_where says where it is
     figures: EvaluationFigures | None
     events: list[EventLine]
+    trace_where: str = ""  # where to see the trace without a link (Settings.trace_where)
 
     @property
     def summary(self) -> LatencySummary | None:
@@ -78,11 +79,12 @@ class EvaluationDocument:
 @dataclass(frozen=True, slots=True)
 class ExperimentDocument:
     view: ExperimentView
-    trace_url: str
+    trace_url: str | None  # None: no collector; trace_where says where it is
     members: list[EvaluationView]
     figures: dict[uuid.UUID, EvaluationFigures]
     # Each member as an evaluation of its own (without its events), for a report's details.
     details: list[EvaluationDocument] = field(default_factory=list)
+    trace_where: str = ""  # where to see the trace without a link (Settings.trace_where)
 
     @property
     def comparison(self) -> ExperimentComparison | None:
@@ -158,6 +160,7 @@ class Source:
         return EvaluationDocument(
             view=view,
             trace_url=self._settings.trace_url(view.trace_id),
+            trace_where=self._settings.trace_where(view.trace_id),
             figures=figures.get(evaluation_id),
             events=[event_line(e) for e in events],
         )
@@ -173,12 +176,14 @@ class Source:
         return ExperimentDocument(
             view=view,
             trace_url=self._settings.trace_url(view.trace_id),
+            trace_where=self._settings.trace_where(view.trace_id),
             members=members,
             figures=figures,
             details=[
                 EvaluationDocument(
                     view=member,
                     trace_url=self._settings.trace_url(member.trace_id),
+                    trace_where=self._settings.trace_where(member.trace_id),
                     figures=figures.get(member.evaluation_id),
                     events=[],
                 )

@@ -2,7 +2,8 @@
 message carries, it is shown as text and never changes the structure of what shows it.
 
 - ``script_json``: JSON inside a ``<script type="application/json">`` element of a page.
-- ``markdown_text``: a value inside a Markdown report (a table cell, a list item, a heading).
+- ``markdown_text``: a value inside a Markdown report (a list item, a heading);
+  ``markdown_cell``, one in a table's cell.
 - ``spreadsheet_cell``: a value in a CSV report that a spreadsheet will open.
 
 Text and attributes of the HTML pages need nothing here: Jinja autoescapes every template
@@ -17,7 +18,7 @@ from typing import Any
 import orjson
 from markupsafe import Markup
 
-__all__ = ["markdown_text", "script_json", "spreadsheet_cell"]
+__all__ = ["markdown_cell", "markdown_text", "script_json", "spreadsheet_cell"]
 
 # Inside a script element the HTML parser looks for "</script", but also for "<!--" and
 # "<script", which switch it into states where "</script>" no longer ends the element: any
@@ -48,9 +49,10 @@ def script_json(value: Any) -> Markup:
 # A bare URL that a renderer links shows the URL itself: nothing to forge there.
 _MARKDOWN_INLINE = re.compile(r"([\\`*_\[\]<>&|~#])")
 # At the start of a line, more: a bullet ("-", "+"; "*" is escaped anyway), a rule or a
-# setext underline ("-", "="), an ordered list ("1." or "1)"). Quotes (">") and headings
-# ("#") are escaped wherever they are.
-_MARKDOWN_BLOCK_START = re.compile(r"^([-+=]|\d{1,9}(?=[.)]))")
+# setext underline ("-", "="), an ordered list ("1." or "1)" before a space or the end: a
+# version, 1.31.1, or a number, 8.5, opens none). Quotes (">") and headings ("#") are escaped
+# wherever they are. A table cell holds inline text only, so opens no block at all.
+_MARKDOWN_BLOCK_START = re.compile(r"^([-+=]|\d{1,9}(?=[.)](?:[ \t]|$)))")
 # A value is one line: a line break in it would end a table row or a list item and begin a
 # block of the value's choosing. Other control characters are shown as nothing anyway.
 _LINE_BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
@@ -59,9 +61,14 @@ _LINE_BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]+")
 def markdown_text(value: object) -> str:
     """``value`` as Markdown text that shows exactly as written: one line, its markup
     characters escaped, nothing a renderer reads as a link, image, HTML, code or cell."""
+    return _escape_block_start(markdown_cell(value))
+
+
+def markdown_cell(value: object) -> str:
+    """``value`` as the text of a table cell: ``markdown_text`` but for what only opens a
+    block at a line's start, which a cell is never (``-0.3``, ``1.`` stay as written)."""
     text = _LINE_BREAKS.sub(" ", str(value)).strip()
-    text = _MARKDOWN_INLINE.sub(r"\\\1", text)
-    return _escape_block_start(text)
+    return _MARKDOWN_INLINE.sub(r"\\\1", text)
 
 
 def _escape_block_start(text: str) -> str:

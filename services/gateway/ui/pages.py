@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse
 
 from services.gateway.analysis import draw, history_of
 from services.gateway.context import GatewayContext, context_of
+from services.gateway.sweeps import SweepLoad, read_sweep
 from services.gateway.ui import charts
 from services.gateway.ui.documents import EvaluationDocument, ExperimentDocument, Source
 from services.gateway.ui.launch import catalog as launch_catalog
@@ -36,7 +37,7 @@ from services.gateway.ui.listing import (
     paging,
 )
 from services.gateway.ui.rendering import embedded_chart, render
-from services.gateway.ui.views import evaluation_info, experiment_info
+from services.gateway.ui.views import evaluation_info, experiment_info, sweep_charts
 from shared.errors import DlscopeError
 from shared.eventstore import ArtifactView
 from shared.eventstore.views import (
@@ -130,6 +131,29 @@ async def evaluation_page(request: Request, evaluation_id: uuid.UUID) -> HTMLRes
 async def experiment_page(request: Request, experiment_id: uuid.UUID) -> HTMLResponse:
     return await _document_page(
         request, "experiment", experiment_id, Source.experiment, experiment_info
+    )
+
+
+@router.get("/sweeps/{sweep_id}", response_class=HTMLResponse)
+async def sweep_page(request: Request, sweep_id: uuid.UUID) -> HTMLResponse:
+    sweep = await read_sweep(context_of(request).store, sweep_id)
+    if sweep is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no sweep {sweep_id} (yet)")
+    counted = sweep.counted
+    measured = [load for load in counted if load.output_tokens_per_s is not None]
+    return page(
+        request,
+        "sweep.html",
+        title=f"{sweep.model} on {sweep.framework} ({sweep.hardware}) across {sweep.unit}",
+        section="/evaluations",
+        charts_on_page=True,
+        doc=sweep,
+        best=max(measured, key=_tokens_per_s, default=None),
+        bounds_said=", ".join(
+            f"p{sweep.percentile * 100:g} {name.removesuffix('_ms').upper()} ≤ {bound:g} ms"
+            for name, bound in sweep.bounds.items()
+        ),
+        charts=sweep_charts(sweep),
     )
 
 
@@ -317,6 +341,10 @@ async def _list_page(
         page=pages(request, f"/{kind}", limit, offset, len(views) > limit, len(rows)),
         **_choices(model_names),
     )
+
+
+def _tokens_per_s(load: SweepLoad) -> float:
+    return load.output_tokens_per_s or 0.0
 
 
 def _headline(summary: Any) -> Any:

@@ -23,13 +23,16 @@ from pydantic import TypeAdapter, ValidationError
 
 from services.gateway.ui.charts import Spec
 from services.gateway.ui.escaping import script_json
+from shared.measurement.statistics import BOUND_LEGEND, BOUND_MARK
 from shared.messages.lengths import FixedLength, NormalLengths, TokenLengths, UniformLengths
+from shared.messages.replay import Replay
 
 __all__ = [
     "NONE",
     "STATIC",
     "ChartDrawer",
     "embedded_chart",
+    "plain_number",
     "render",
     "stylesheet",
     "svg_chart",
@@ -53,6 +56,8 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # The one notation of a percentile with too few queries, and its legend (said once).
+    environment.globals.update(bound_mark=BOUND_MARK, bound_legend=BOUND_LEGEND)
     environment.filters.update(
         ms=format_ms,
         num=format_number,
@@ -60,6 +65,7 @@ def _environment() -> Environment:
         when=format_when,
         bytes=format_bytes,
         lengths=format_lengths,
+        replay=format_replay,
         script_json=script_json,
     )
     return environment
@@ -73,6 +79,15 @@ def format_lengths(asked: object) -> str:
     (``uniform 64-192``); what is not one is shown as not there."""
     try:
         return str(_LENGTHS.validate_python(asked))
+    except ValidationError:
+        return NONE
+
+
+def format_replay(asked: object) -> str:
+    """A replayed trace as the scenario holds it, in a line (``replay of 300 requests over
+    5.4 s (day.jsonl, sha256 …)``); what is not one is shown as not there."""
+    try:
+        return str(Replay.model_validate(asked))
     except ValidationError:
         return NONE
 
@@ -109,10 +124,20 @@ def svg_chart(spec: Spec) -> Markup:
     return Markup(f'<figure class="chart" role="img" aria-label="{label}">{svg}</figure>')
 
 
+def plain_number(value: float, digits: int = 4) -> str:
+    """``value`` to ``digits`` significant digits as a plain decimal, as a person writes it:
+    85410, 12.35, 0.0001234; never an exponent (``8.541e+04``), no trailing zeros."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    places = max(digits - 1 - math.floor(math.log10(abs(value))), 0)
+    text = f"{value:.{places}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def format_ms(value: float | None, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NONE
-    return f"{value:.{digits}g} ms"
+    return f"{plain_number(value, digits)} ms"
 
 
 def format_number(value: float | int | None, digits: int = 4) -> str:

@@ -15,10 +15,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 from services.gateway.ui.documents import EvaluationDocument, ExperimentDocument, ReportDocument
+from services.gateway.ui.escaping import markdown_cell, spreadsheet_cell
 from services.gateway.ui.escaping import markdown_text as _md
-from services.gateway.ui.escaping import spreadsheet_cell
 from services.gateway.ui.machine import cost_columns, cpu_text, memory_text
-from services.gateway.ui.rendering import NONE, render, stylesheet, svg_chart
+from services.gateway.ui.rendering import NONE, plain_number, render, stylesheet, svg_chart
 from services.gateway.ui.views import (
     EXPLANATIONS,
     evaluation_info,
@@ -28,6 +28,7 @@ from services.gateway.ui.views import (
     parity_matrix,
     throughput_of,
 )
+from shared.measurement.statistics import BOUND_LEGEND, BOUND_MARK
 from shared.messages import LatencySummary, PairParity
 
 __all__ = ["FORMATS", "MEDIA_TYPES", "ReportFormat", "report_csv", "report_html", "report_markdown"]
@@ -281,21 +282,25 @@ def report_markdown(document: ReportDocument) -> str:
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    """A table whose every cell, header included, is text (escaped)."""
+    """A table whose every cell, header included, is text (escaped); where a cell is a
+    bound, the legend under it says once what that means."""
+    cells = [[markdown_cell(c) for c in row] for row in rows]
+    bounded = any(f"{BOUND_MARK} " in str(c) for row in rows for c in row)
     return [
-        "| " + " | ".join(_md(c) for c in header) + " |",
+        "| " + " | ".join(markdown_cell(c) for c in header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
-        *("| " + " | ".join(_md(c) for c in row) + " |" for row in rows),
+        *("| " + " | ".join(row) + " |" for row in cells),
         "",
+        *([_md(BOUND_LEGEND), ""] if bounded else []),
     ]
 
 
 def _ms(value: float | None) -> str:
-    return NONE if value is None else f"{value:.4g}"
+    return NONE if value is None else plain_number(value)
 
 
 def _estimate(value: float, low: float | None, high: float | None, bound: bool = False) -> str:
-    text = ("≤ " if bound else "") + _ms(value)
+    text = (f"{BOUND_MARK} " if bound else "") + _ms(value)
     if low is not None:
         text += f" [{_ms(low)}, {'∞' if high is None else _ms(high)}]"
     return text
@@ -307,7 +312,7 @@ def _experiment_markdown(experiment: ExperimentDocument) -> list[str]:
         f"## Experiment: {_md(experiment.title)}",
         "",
         f"- experiment `{view.experiment_id}`, status **{_md(view.status)}**",
-        f"- trace: {experiment.trace_url}",
+        f"- trace: {experiment.trace_url or _md(experiment.trace_where)}",
     ]
     if comparison is not None:
         parity = {
@@ -427,6 +432,9 @@ def _tokens_markdown(info: dict[str, Any], mark: str) -> list[str]:
         f"- timed requests: {llm['requests']}, {llm['failed']} failed (never samples)",
         "",
     ]
+    figures = (llm["ttft_median"], llm["ttft_headline"], llm["tpot_median"], llm["tpot_headline"])
+    if any(figure is not None and figure.bound for figure in figures):
+        lines += [_md(BOUND_LEGEND), ""]
     if rows:
         header = ["metric", "values", "mean", *rows[0]["percentiles"]]
         table = [
@@ -438,7 +446,7 @@ def _tokens_markdown(info: dict[str, Any], mark: str) -> list[str]:
             ]
             for row in rows
         ]
-        lines += ["Token latencies (ms, 95% intervals; ≤: a bound):", "", *_table(header, table)]
+        lines += ["Token latencies (ms, 95% intervals):", "", *_table(header, table)]
     return lines
 
 
@@ -452,7 +460,7 @@ def _evaluation_markdown(document: EvaluationDocument, *, level: int) -> list[st
         f"- model {_md(view.model)} {_md(view.model_version or '')}; framework "
         f"{_md(view.framework)} {_md((view.environment or {}).get('framework_version', ''))}; "
         f"host {_md(view.host or '?')}",
-        f"- trace: {document.trace_url}",
+        f"- trace: {document.trace_url or _md(document.trace_where)}",
     ]
     if view.error:
         lines.append(f"- error: {_md(view.error)}")
@@ -467,7 +475,7 @@ def _evaluation_markdown(document: EvaluationDocument, *, level: int) -> list[st
         [
             row["batch_size"],
             row["count"],
-            f"{row['mean_ms']:.4g} ± {row['std_ms']:.4g}",
+            f"{_ms(row['mean_ms'])} ± {_ms(row['std_ms'])}",
             *(_estimate(p.value, p.low, p.high, p.bound) for p in row["percentiles"].values()),
             _estimate(row["throughput"].value, row["throughput"].low, row["throughput"].high),
         ]

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from services.gateway.sweeps import SweepView, pareto_frontier
 from services.gateway.ui import charts
 from services.gateway.ui.charts import Spec
 from services.gateway.ui.documents import EvaluationDocument, ExperimentDocument
@@ -28,7 +29,9 @@ __all__ = [
     "experiment_info",
     "headline_of",
     "parity_matrix",
+    "percentile_of",
     "statistics_rows",
+    "sweep_charts",
 ]
 
 _MS = 1e-6
@@ -37,8 +40,8 @@ _MS = 1e-6
 EXPLANATIONS: dict[str, str] = {
     "too_few_queries": "Too few queries ran to claim this percentile (MLPerf's early-stopping "
     "minimum). Run more iterations or a longer minimum duration.",
-    "headline_is_bound": "The headline percentile is only an upper bound: the run had fewer "
-    "queries than that percentile needs. Run longer to estimate it.",
+    "headline_is_bound": "The headline percentile is a bound (≥): the run had fewer queries "
+    "than that percentile needs, so the true value may be higher. Run longer to estimate it.",
     "duration_too_short": "The timed phase was shorter than the scenario's minimum, so slow "
     "effects (clock changes, garbage collection) may be missed.",
     "latency_bound_missed": "At the requested load the tail latency exceeded its bound: this "
@@ -136,6 +139,18 @@ def headline_of(summary: LatencySummary | None) -> Estimate | None:
     if summary.statistics:
         return _percentile(summary.statistics[0].headline)
     return Estimate(summary.p90_ms)
+
+
+def percentile_of(summary: LatencySummary, p: float) -> Estimate:
+    """The flat percentile ``p`` (``p50_ms``), a bound where the headline phase's statistics
+    judged it one (LoadGen's figures come with no judgement of dlscope's: estimates)."""
+    value = {0.5: summary.p50_ms, 0.9: summary.p90_ms, 0.99: summary.p99_ms}[p]
+    if summary.statistics:
+        phase = summary.statistics[0]
+        for found in (phase.median, phase.headline, *phase.percentiles):
+            if found.percentile == p:
+                return replace(_percentile(found), value=value, low=None, high=None)
+    return Estimate(value)
 
 
 def throughput_of(summary: LatencySummary | None) -> Estimate | None:
@@ -259,7 +274,57 @@ def experiment_charts(document: ExperimentDocument) -> dict[str, Spec]:
     ]
     if cells:
         drawn["parity"] = charts.parity_heatmap(cells, [label for label, _ in matrix])
+    tradeoffs = _member_tradeoffs(document)
+    if len(tradeoffs) > 1:
+        drawn["pareto"] = charts.pareto(tradeoffs, "member")
     return drawn
+
+
+def _member_tradeoffs(document: ExperimentDocument) -> list[charts.ParetoPoint]:
+    """Each generating member's whole-system output tokens/s and one user's (1000 / its mean
+    TPOT), on the frontier where no other member is better on both."""
+    found = []
+    for member in document.members:
+        generation = None if member.result is None else member.result.generation
+        if generation is None or generation.tpot is None or generation.tpot.mean_ns <= 0:
+            continue
+        per_user = 1e9 / generation.tpot.mean_ns
+        found.append((member.evaluation_id, document.label(member), per_user, generation))
+    frontier = pareto_frontier(
+        [(key, per_user, g.output_tokens_per_s) for key, _, per_user, g in found]
+    )
+    return [
+        charts.ParetoPoint(label, per_user, g.output_tokens_per_s, key in frontier)
+        for key, label, per_user, g in found
+    ]
+
+
+# What one point of a sweep's Pareto chart is.
+_LOAD_NAMES = {"streams": "number of streams", "rate": "rate", "batch": "batch size"}
+
+
+def sweep_charts(sweep: SweepView) -> dict[str, Spec | None]:
+    """A sweep's curves by load and its Pareto chart (None: no load has both figures)."""
+    counted = sweep.counted
+    points = [
+        charts.SweepCurvePoint(
+            load.level, load.output_tokens_per_s, load.ttft_ms, load.tpot_ms, load.verdict
+        )
+        for load in counted
+    ]
+    tradeoffs = [
+        charts.ParetoPoint(
+            f"{load.level:g}", load.per_user_tokens_per_s, load.output_tokens_per_s, load.pareto
+        )
+        for load in counted
+        if load.per_user_tokens_per_s is not None and load.output_tokens_per_s is not None
+    ]
+    unit = sweep.unit
+    return {
+        "throughput": charts.sweep_throughput(points, unit),
+        "latency": charts.sweep_latency(points, unit, sweep.percentile),
+        "pareto": charts.pareto(tradeoffs, _LOAD_NAMES[sweep.over]) if tradeoffs else None,
+    }
 
 
 def _bar(label: str, framework: str | None, estimate: Estimate) -> dict[str, Any]:
@@ -374,6 +439,8 @@ def experiment_info(document: ExperimentDocument) -> dict[str, Any]:
                 "member": member,
                 "summary": summary,
                 "headline": headline_of(summary),
+                "p50": None if summary is None else percentile_of(summary, 0.5),
+                "p99": None if summary is None else percentile_of(summary, 0.99),
                 "throughput": throughput_of(summary),
                 "framework_version": (member.environment or {}).get("framework_version", ""),
                 "reference": member.evaluation_id == reference,
@@ -385,8 +452,14 @@ def experiment_info(document: ExperimentDocument) -> dict[str, Any]:
                 else memory_text(summary.machine.cost, short=True),
             }
         )
+    bounded = any(
+        estimate is not None and estimate.bound
+        for row in rows
+        for estimate in (row["headline"], row["p50"], row["p99"])
+    )
     return {
         "rows": rows,
+        "bounded": bounded,
         "charts": experiment_charts(document),
         "matrix": parity_matrix(document),
     }

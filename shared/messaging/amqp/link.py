@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import logging
+import os
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import KW_ONLY, dataclass, field
 
 import aio_pika
@@ -18,6 +20,7 @@ from aio_pika.exceptions import (
     ChannelNotFoundEntity,
     ChannelPreconditionFailed,
 )
+from aiormq.exceptions import InvalidFrameError, ProbableAuthenticationError
 from yarl import URL
 
 from shared.errors import BrokerUnavailable, ConfigurationError
@@ -50,16 +53,25 @@ class Link:
             return
         where = URL(self.url).with_password(None)  # never log the password
         try:
-            self._connection = await aio_pika.connect_robust(
-                self.url,
-                client_properties={"connection_name": self.connection_name},
-                reconnect_interval=self.reconnect_interval,
-                timeout=self.timeout,
-            )
-        except AuthenticationError as exc:
-            raise ConfigurationError(f"RabbitMQ at {where} refused the credentials: {exc}") from exc
+            with _said_by_us():
+                self._connection = await aio_pika.connect_robust(
+                    self.url,
+                    client_properties={"connection_name": self.connection_name},
+                    reconnect_interval=self.reconnect_interval,
+                    timeout=self.timeout,
+                )
+        except (AuthenticationError, ProbableAuthenticationError) as exc:
+            user = URL(self.url).user or "guest"
+            raise ConfigurationError(
+                f"RabbitMQ at {_host(self.url)} refused user {user!r} (ACCESS_REFUSED): check "
+                f"the user and password in the broker URL (DLSCOPE_BROKER_URL)"
+            ) from exc
+        except InvalidFrameError as exc:
+            if "Connection.Close" not in str(exc):
+                raise BrokerUnavailable(f"cannot connect to RabbitMQ at {where}: {exc!r}") from exc
+            raise ConfigurationError(_vhost_refused(self.url)) from exc
         except (*BROKER_ERRORS, RuntimeError) as exc:
-            raise BrokerUnavailable(f"cannot connect to RabbitMQ at {where}: {exc!r}") from exc
+            raise BrokerUnavailable(_unreachable(self.url, exc)) from exc
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
@@ -99,3 +111,64 @@ class Link:
             raise BrokerUnavailable(f"{action}: no answer within {self.timeout:g} s") from exc
         except (*BROKER_ERRORS, RuntimeError) as exc:  # a bare RuntimeError: no transport
             raise BrokerUnavailable(f"{action}: {exc!r}") from exc
+
+
+# The libraries' own logs of a first connection that fails: an ERROR of aiormq's, and
+# aio-pika's "Reconnecting after 1 seconds", which it does not do, since the error is raised.
+_FIRST_CONNECT_LOGGERS = ("aiormq.connection", "aio_pika.robust_connection")
+
+
+@contextlib.contextmanager
+def _said_by_us() -> Iterator[None]:
+    """The first connection's failure said once, by ``connect``'s error, not also in the
+    libraries' logs; once connected, their logs of losses and reconnects are kept."""
+    loggers = [logging.getLogger(name) for name in _FIRST_CONNECT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+# How a broker that refuses or cannot be reached is said: one line, which names the host (never
+# the password) and what to do about it.
+
+
+def _host(url: str) -> str:
+    parsed = URL(url)
+    return f"{parsed.host}:{parsed.port or 5672}"
+
+
+def _vhost(url: str) -> str:
+    """The virtual host ``url`` names, as RabbitMQ reads it: its path, "/" when empty."""
+    return URL(url).path[1:] or "/"
+
+
+def _vhost_refused(url: str) -> str:
+    # RabbitMQ answers Connection.Open on a vhost that does not exist, or that the user may
+    # not use, by closing the connection (NOT_ALLOWED); aiormq reports that as an unexpected
+    # frame, without the reply text, so both causes are named.
+    vhost, user = _vhost(url), URL(url).user or "guest"
+    return (
+        f"RabbitMQ at {_host(url)} refused vhost {vhost!r} (NOT_ALLOWED: it does not exist, "
+        f"or user {user!r} has no access to it): create it (rabbitmqctl add_vhost {vhost}; "
+        f"rabbitmqctl set_permissions -p {vhost} {user} '.*' '.*' '.*') or pick another "
+        "broker URL (DLSCOPE_BROKER_URL)"
+    )
+
+
+def _unreachable(url: str, exc: BaseException) -> str:
+    errno = getattr(exc, "errno", None) or getattr(exc.__cause__, "errno", None)
+    if isinstance(errno, int):
+        why = os.strerror(errno).lower()
+    elif isinstance(exc, TimeoutError):
+        why = "no answer in time"
+    else:
+        why = str(exc) or repr(exc)
+    return (
+        f"cannot connect to RabbitMQ at {_host(url)} ({why}): start it there, or point the "
+        "broker URL (DLSCOPE_BROKER_URL) at one that runs"
+    )

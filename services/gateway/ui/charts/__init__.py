@@ -13,6 +13,7 @@ accessible label.
     comparison   per-framework bars, CDFs, parity
     history      one model x framework x hardware over time
     tokens       a generation's TTFT, TPOT and ITL CDFs, tokens over time
+    sweeps       a language model across loads, and the Pareto chart of its trade-offs
 """
 
 from services.gateway.ui.charts.base import SCHEMA, Spec
@@ -20,11 +21,20 @@ from services.gateway.ui.charts.batches import batch_latency, batch_throughput
 from services.gateway.ui.charts.comparison import framework_bars, framework_cdf, parity_heatmap
 from services.gateway.ui.charts.history import history
 from services.gateway.ui.charts.latency import cdf, histogram, layers, series, warmup
+from services.gateway.ui.charts.sweeps import (
+    ParetoPoint,
+    SweepCurvePoint,
+    pareto,
+    sweep_latency,
+    sweep_throughput,
+)
 from services.gateway.ui.charts.tokens import token_cdf, token_timeline
 
 __all__ = [
     "SCHEMA",
+    "ParetoPoint",
     "Spec",
+    "SweepCurvePoint",
     "batch_latency",
     "batch_throughput",
     "cdf",
@@ -33,8 +43,11 @@ __all__ = [
     "histogram",
     "history",
     "layers",
+    "pareto",
     "parity_heatmap",
     "series",
+    "sweep_latency",
+    "sweep_throughput",
     "token_cdf",
     "token_timeline",
     "warmup",

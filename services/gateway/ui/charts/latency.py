@@ -167,20 +167,22 @@ def warmup(figure: WarmupFigure) -> Spec:
 
 
 def layers(shares: Sequence[LayerShare], *, top: int = 20) -> Spec:
-    """The slowest layers, by device time, coloured by operator type."""
+    """The slowest layers by their typical time per query (median call times calls per query,
+    ``shared.breakdown.per_query_ns``: one cold call does not lead it), coloured by
+    operator type; in the order ``dlscope layers`` lists them."""
     values = [
         {"layer": s.node, "op": s.op_type, "ms": s.duration_ms, "share": s.share}
         for s in shares[:top]
     ]
     return chart(
-        f"The {len(values)} slowest layers by time",
+        f"The {len(values)} slowest layers by median time per query",
         {
             "title": "Layer breakdown (slowest first)",
             "data": {"values": values},
             "mark": "bar",
             "encoding": {
                 "y": {"field": "layer", "type": "nominal", "sort": "-x", "title": None},
-                "x": {"field": "ms", "type": "quantitative", "title": "time (ms)"},
+                "x": {"field": "ms", "type": "quantitative", "title": "ms per query (median)"},
                 "color": {"field": "op", "type": "nominal", "title": "operator"},
                 "tooltip": [
                     {"field": "layer"},

@@ -401,7 +401,9 @@
     link.hidden = true;
     document.getElementById("progress-id").textContent = kind + " " + accepted.id;
     const trace = document.getElementById("progress-trace");
-    trace.href = accepted.trace_url;
+    // A link only where the deployment exports its traces to a collector (Jaeger).
+    trace.hidden = !accepted.trace_url;
+    if (accepted.trace_url) trace.href = accepted.trace_url;
     const note = (text) => {
       const item = document.createElement("li");
       item.textContent = new Date().toLocaleTimeString() + "  " + text;

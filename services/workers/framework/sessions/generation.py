@@ -105,6 +105,11 @@ def generation_plan(job: RunEvaluation, *, served: bool = False) -> GenerationPl
             f"{job.manifest.ref} is served: its requests run on dlscope's driver, whose open "
             "loop records the client's own lag; LoadGen's driver runs in-process models"
         )
+    if scenario.replay is not None and not served:
+        raise PredictorError(
+            f"{job.manifest.ref} runs in the worker's process: a trace replays against a "
+            "served model (framework endpoint), whose requests are independent in flight"
+        )
     if not served and scenario.concurrency > MAX_THREAD_STREAMS:
         raise PredictorError(
             f"{job.manifest.ref} runs in the worker's process, a thread a stream: at most "
@@ -244,7 +249,7 @@ class GenerationSession:
             assert isinstance(plan, SingleStream | Server)
             return self._by_loadgen(job, plan, count, inputs, load_ns, watch)
         if isinstance(backend, Paced):
-            return self._paced(backend, plan, concurrency, count, load_ns, watch)
+            return self._paced(job, backend, plan, count, load_ns, watch)
         if concurrency > 1:
             assert isinstance(plan, SingleStream)
             native, timed, failed = run_streams(
@@ -261,9 +266,9 @@ class GenerationSession:
 
     def _paced(
         self,
+        job: RunEvaluation,
         backend: Paced,
         plan: GenerationPlan,
-        concurrency: int,
         count: int,
         load_ns: int,
         watch: MachineWatch,
@@ -272,15 +277,24 @@ class GenerationSession:
         one stream or several as closed loops (``shared.measurement.paced``)."""
         on_step = self.on_step
         if isinstance(plan, Server):
+            replay = job.scenario.replay
+            arrivals = None if replay is None else replay.offsets_ns()
             native, timed, failed, lags = backend.paced(
                 lambda generate: open_loop(
-                    plan, generate, count, load_ns=load_ns, on_step=on_step, watch=watch
+                    plan,
+                    generate,
+                    count,
+                    load_ns=load_ns,
+                    on_step=on_step,
+                    watch=watch,
+                    arrivals_ns=arrivals,
                 )
             )
             scheduled = [g.issued_ns - lag for g, lag in zip(timed, lags, strict=True)]
             duration = native.phases[0].duration_ns
             return _Timed(native, None, timed, scheduled, duration, failed, lags, load="open")
         assert isinstance(plan, SingleStream)
+        concurrency = job.scenario.concurrency
         native, timed, failed = backend.paced(
             lambda generate: closed_loops(
                 plan, concurrency, generate, count, load_ns=load_ns, on_step=on_step, watch=watch

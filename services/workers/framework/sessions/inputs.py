@@ -88,7 +88,30 @@ def query_inputs(
             f"shape {spec.shape}); the scenario asks for {size} samples a query"
         )
     samples = [dataset.samples[i % len(dataset)] for i in range(size)]
-    return sample_inputs(manifest, samples, tokenizer)
+    inputs = sample_inputs(manifest, samples, tokenizer)
+    _check_fits(manifest, dataset, inputs)
+    return inputs
+
+
+def _check_fits(manifest: ModelManifest, dataset: Dataset, inputs: dict[str, np.ndarray]) -> None:
+    """Refused before the model loads: a dataset whose samples, through the model's own
+    pre-processing, do not have the shape its input takes (an 8x8 digit fed to a 224x224
+    image classifier), rather than the framework's own multi-line error mid-run."""
+    for spec in manifest.inputs:
+        got = inputs[spec.name].shape[1:]
+        wanted = spec.shape[1:]
+        if len(got) == len(wanted) and all(w in (-1, g) for w, g in zip(wanted, got, strict=True)):
+            continue
+        raw = getattr(dataset.samples[0], "shape", None)
+        fed = list(got)
+        shown = f"{list(raw)} ({fed} as fed to it)" if raw is not None and list(raw) != fed else fed
+        steps = " after the model's pre-processing" if spec.steps else ""
+        raise PredictorError(
+            f"dataset {dataset.ref} does not fit {manifest.ref}: its samples are {shown}"
+            f"{steps}, and its input {spec.name!r} takes samples of {list(wanted)} (shape "
+            f"{list(spec.shape)} with the batch); pick a dataset of that shape for its task "
+            f"({manifest.task}), or leave out --dataset to run on synthetic inputs"
+        )
 
 
 def _synthetic_text(

@@ -14,7 +14,7 @@ from shared.errors import DlscopeError, PredictorError
 from shared.measurement.progress import OnStep, Step
 from shared.messages import RunEvaluation
 
-__all__ = ["MeasurementSession", "Opens", "opened"]
+__all__ = ["MeasurementSession", "Opens", "one_line", "opened"]
 
 
 class MeasurementSession(Protocol):
@@ -59,8 +59,15 @@ def opened(
     except DlscopeError:
         raise
     except Exception as exc:  # the framework's own error types
-        raise PredictorError(f"{port.name} failed {doing} {job.manifest.ref}: {exc}") from exc
+        said = one_line(str(exc))
+        raise PredictorError(f"{port.name} failed {doing} {job.manifest.ref}: {said}") from exc
     finally:
         if port.closing is not None:
             on_step(port.closing)
         port.close()
+
+
+def one_line(message: str) -> str:
+    """A framework's message on one line: ONNX Runtime's shape errors list one index a line,
+    which a failure's reason, a table cell and a log line cannot hold."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())

@@ -47,7 +47,9 @@ def load_prompts(
     ids = prompt_ids(job.manifest, texts, tokenizer)
     scenario = job.scenario
     outputs = (
-        None
+        list(scenario.replay.output_tokens)
+        if scenario.replay is not None
+        else None
         if scenario.output_tokens is None
         else draw_lengths(scenario.output_tokens, len(texts), seed=scenario.seed, purpose="output")
     )
@@ -64,18 +66,22 @@ def load_prompts(
 
 def prompt_texts(job: RunEvaluation, dataset: Dataset | None, tokenizer: Tokenizer) -> list[object]:
     """The texts a generative job's requests take in turn: the data set's, or seeded ones of
-    the model's vocabulary: of the lengths ``input_tokens`` draws, or of 64 words (512 of
-    them where the output lengths are drawn, so the draws follow their distribution)."""
+    the model's vocabulary: of the lengths a replayed trace gives (one a request, in its
+    order) or ``input_tokens`` draws, or of 64 words (512 of them where the output lengths
+    are drawn, so the draws follow their distribution)."""
     scenario = job.scenario
     if dataset is not None:
-        if (
-            scenario.input_tokens is not None
-        ):  # a job sent straight to a worker skipped the request's
-            raise PredictorError(
-                "scenario.input_tokens makes synthetic prompts, and the data set gives its "
-                "own: leave one of them out"
-            )
+        # A job sent straight to a worker skipped the request's check.
+        for field in ("input_tokens", "replay"):
+            if getattr(scenario, field) is not None:
+                raise PredictorError(
+                    f"scenario.{field} makes synthetic prompts, and the data set gives its "
+                    "own: leave one of them out"
+                )
         return list(dataset.samples)
+    if scenario.replay is not None:
+        lengths = list(scenario.replay.input_tokens)
+        return list(synthetic_texts_of(tokenizer, lengths, seed=scenario.seed))
     if scenario.input_tokens is not None:
         lengths = draw_lengths(
             scenario.input_tokens, WORKLOAD_ROWS, seed=scenario.seed, purpose="input"
