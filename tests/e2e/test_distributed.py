@@ -97,7 +97,7 @@ async def test_an_evaluation_submitted_over_http_runs_across_the_processes(
 async def test_a_message_published_straight_to_rabbitmq_starts_an_evaluation(
     http: httpx.AsyncClient, deployment: Deployment
 ) -> None:
-    # Exactly the message README.md documents, sent with plain aio-pika.
+    # Exactly the message docs/rabbitmq.md documents, sent with plain aio-pika.
     evaluation_id = str(uuid.uuid4())
     message = {
         "event_id": str(uuid.uuid4()),
