@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from dlscope.cli.client import LAYERS_TOP, LayersWanted
 from dlscope.cli.gateway_options import Token, gateway_option
@@ -69,9 +70,20 @@ def _level(level: str | None) -> ProfiledLevel | None:
     raise fail(f"--level must be one of {', '.join(PROFILED_LEVELS)}, got {level!r}", 2)
 
 
+class _Literal(Table):
+    """A table whose title and cells are shown as written (a layer's name such as
+    ``conv[0]``, a reason, a path): never read as rich markup."""
+
+    def __init__(self, *args: Any, title: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, title=None if title is None else Text(title), **kwargs)
+
+    def add_row(self, *cells: Any, **kwargs: Any) -> None:
+        super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
+
+
 def tracing_table(tracing: list[dict[str, Any]]) -> Table:
     """Each trace level asked for: captured (with what served it and what it cost) or why not."""
-    table = Table(title="trace levels (overhead: traced query p50 / untraced p50)")
+    table = _Literal(title="trace levels (overhead: traced query p50 / untraced p50)")
     for column in ("level", "captured by", "overhead", "spans"):
         table.add_column(column, justify="right" if column in ("overhead", "spans") else "left")
     for outcome in tracing:
@@ -102,7 +114,8 @@ def _us(ns: float) -> str:
 def _print(document: dict[str, Any]) -> None:
     console.print(
         f"evaluation {document['evaluation_id']} on {document['framework']}, "
-        f"traced at level {document['trace_level']}"
+        f"traced at level {document['trace_level']}",
+        markup=False,
     )
     console.print(tracing_table(document["levels"]))
     print_passes(document)
@@ -115,11 +128,11 @@ def show_layers(report: dict[str, Any], *, title: str | None = None) -> None:
     """An evaluation's layer breakdown (``LayerReport`` as JSON) as ``dlscope layers`` prints
     it, under ``title`` if given, and how to see every layer."""
     if title is not None:
-        console.print(title, soft_wrap=True, highlight=False)
+        console.print(title, soft_wrap=True, highlight=False, markup=False)
     print_passes(report)
     if any(p["layers_total"] > len(p["top"]) for p in report["passes"]):
         more = f"every layer: dlscope layers {report['evaluation_id']} --top 1000"
-        console.print(more, soft_wrap=True, highlight=False)
+        console.print(more, soft_wrap=True, highlight=False, markup=False)
 
 
 def show_member_layers(reports: dict[uuid.UUID, dict[str, Any]]) -> None:
@@ -130,7 +143,10 @@ def show_member_layers(reports: dict[uuid.UUID, dict[str, Any]]) -> None:
         first, *others = reports
         compare = " ".join(f"--compare {other}" for other in others)
         console.print(
-            f"line them up: dlscope layers {first} {compare}", soft_wrap=True, highlight=False
+            f"line them up: dlscope layers {first} {compare}",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
         )
 
 
@@ -147,7 +163,7 @@ def _layer_table(passed: dict[str, Any]) -> Table:
         f"{passed['level']} level: {passed['source']}, {passed['queries']} queries of "
         f"batch {passed['batch_size']}, query p50 {_us(passed['query_p50_ns'])} µs profiled"
     )
-    table = Table(
+    table = _Literal(
         title=f"{title}; top {len(passed['top'])} of {passed['layers_total']}, "
         "by median µs per query"
     )
@@ -171,7 +187,7 @@ def _layer_table(passed: dict[str, Any]) -> Table:
 
 
 def _op_type_table(passed: dict[str, Any]) -> Table:
-    table = Table(title=f"{passed['level']} level: time per op type, median µs per query")
+    table = _Literal(title=f"{passed['level']} level: time per op type, median µs per query")
     for column in ("op type", "layers", "calls", "µs/query", "share", "total µs"):
         table.add_column(column, justify="left" if column == "op type" else "right")
     for share in passed["op_types"]:
@@ -187,7 +203,7 @@ def _op_type_table(passed: dict[str, Any]) -> Table:
 
 
 def _print_comparison(comparison: dict[str, Any]) -> None:
-    table = Table(title=f"layers lined up ({comparison['level']} level), p50 µs per call")
+    table = _Literal(title=f"layers lined up ({comparison['level']} level), p50 µs per call")
     table.add_column("kind")
     for evaluation in comparison["evaluations"]:
         table.add_column(

@@ -333,3 +333,45 @@ def test_token_latencies_fit_and_keep_their_legend_whole(width: int) -> None:
     assert "≥ 123.40" in words  # 20 requests: p99 needs 662
     assert "[low, high]: 95% interval" in words, "brackets in the caption are not markup"
     assert "output tokens/s:" in words
+
+
+def test_a_layer_named_with_brackets_is_printed_as_it_is_named() -> None:
+    from dlscope.cli.layers import print_passes
+
+    layer = {
+        "node": "features[0]/conv[bold]",
+        "op_type": "Conv",
+        "calls": 5,
+        "p50_ns": 1200.0,
+        "per_query_ns": 1200.0,
+        "per_query_share": 0.5,
+        "total_ns": 6000.0,
+        "input_shapes": [[1, 3, 224, 224]],
+        "output_shapes": [],
+    }
+    passed = {
+        "level": "framework",
+        "source": "onnxruntime session profiling [CPU]",
+        "queries": 5,
+        "batch_size": 1,
+        "query_p50_ns": 2400.0,
+        "top": [layer],
+        "layers_total": 1,
+        "op_types": [
+            {
+                "op_type": "Conv[x]",
+                "layers": 1,
+                "calls": 5,
+                "per_query_ns": 1200.0,
+                "per_query_share": 0.5,
+                "total_ns": 6000.0,
+            }
+        ],
+    }
+    console = Console(width=200, record=True)
+    with patch("dlscope.cli.layers.console", console):
+        print_passes({"passes": [passed]})
+    shown = console.export_text()
+    assert "features[0]/conv[bold]" in shown
+    assert "onnxruntime session profiling [CPU]" in shown
+    assert "Conv[x]" in shown
