@@ -41,6 +41,7 @@ from shared.measurement.goodput import (
     judge_probe,
     rate_search,
 )
+from shared.measurement.pareto import pareto_frontier, per_user_tokens_per_s
 from shared.measurement.statistics import BOUND_LEGEND, BOUND_MARK
 from shared.messages import GenerationSummary, SweepPoint, Verdict
 
@@ -346,21 +347,32 @@ def _show(
         "batch": "offline, prompts batched",
     }[over]
     columns = [{"streams": "streams", "rate": "offered req/s", "batch": "batch size"}[over]]
-    columns += ["requests", "tokens/s", "requests/s", "goodput/s"]
+    columns += ["requests", "tokens/s", "tokens/s per user", "Pareto", "requests/s", "goodput/s"]
     columns += [f"{label} TTFT ms", f"{label} TPOT ms", "verdict", "disturbed"]
     if found is not None:
         columns.append("against the bounds")
-    left = ("verdict", "against", "disturbed")
+    left = ("verdict", "against", "disturbed", "Pareto")
     judged = {p.load: p for p in found.probes} if found is not None else {}
+    summaries = {
+        level: GenerationSummary.model_validate(evaluation["result"]["generation"])
+        for level, evaluation in loads.results.items()
+    }
+    per_user = {level: per_user_tokens_per_s(summary) for level, summary in summaries.items()}
+    frontier = pareto_frontier(
+        [(level, per_user[level], s.output_tokens_per_s) for level, s in summaries.items()]
+    )
     rows = []
     for level, evaluation in sorted(loads.results.items()):
         result = evaluation["result"]
-        summary = GenerationSummary.model_validate(result["generation"])
+        summary = summaries[level]
         goodput = "-" if summary.goodput_per_s is None else f"{summary.goodput_per_s:.2f}"
+        user = per_user[level]
         row = [
             f"{level:g}",
             str(summary.requests),
             f"{summary.output_tokens_per_s:.1f}",
+            "-" if user is None else f"{user:.1f}",
+            "frontier" if level in frontier else "-",
             f"{summary.requests_per_s:.2f}",
             goodput,
             _ms(summary, "ttft", percentile),
@@ -372,14 +384,14 @@ def _show(
             probe = judged.get(level)
             row.append("-" if probe is None else f"{probe.judgement}: {probe.reason}")
         rows.append(row)
-    bounded = any(cell.startswith(BOUND_MARK) for row in rows for cell in row[5:7])
+    bounded = any(cell.startswith(BOUND_MARK) for row in rows for cell in row[7:9])
     console.print(
         Fitted(
             title=f"{model} on {options.framework}: loads ({kind})",
             columns=[Column(c, "left" if c.startswith(left) else "right") for c in columns],
             rows=rows,
             names=[_load(level, over) for level in sorted(loads.results)],
-            caption=BOUND_LEGEND if bounded else None,
+            caption=_caption(bounded),
         )
     )
     for level, evaluation in sorted(loads.results.items()):
@@ -394,6 +406,15 @@ def _show(
         console.print(
             _conclusion(found, options, label, over), soft_wrap=True, highlight=False, markup=False
         )
+
+
+def _caption(bounded: bool) -> str:
+    """What the table's columns mean that their names cannot say."""
+    said = (
+        "tokens/s per user: 1000 / the mean TPOT; Pareto frontier: no other load has more "
+        "tokens/s both per user and in all"
+    )
+    return f"{said}\n{BOUND_LEGEND}" if bounded else said
 
 
 def _disturbed_cell(now: str | None, first: str | None) -> str:

@@ -12,12 +12,12 @@ that missed one, and whatever left that uncertain.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.eventstore import EvaluationView, EventStore
 from shared.measurement.goodput import disturbance, disturbing, judge_probe
+from shared.measurement.pareto import pareto_frontier, per_user_tokens_per_s
 from shared.messages import GenerationSummary, LatencyStatistics, Scenario, SweepPoint
 
 __all__ = [
@@ -25,7 +25,6 @@ __all__ = [
     "SweepAnswer",
     "SweepLoad",
     "SweepView",
-    "pareto_frontier",
     "read_sweep",
 ]
 
@@ -159,21 +158,6 @@ async def read_sweep(store: EventStore, sweep_id: uuid.UUID) -> SweepView | None
     )
 
 
-def pareto_frontier(
-    points: Sequence[tuple[uuid.UUID, float | None, float | None]],
-) -> set[uuid.UUID]:
-    """The keys of the points no other point beats on both ``x`` and ``y`` (at least as high
-    on both, higher on one): the trade-offs worth having. A point missing either is none."""
-    known = [(key, x, y) for key, x, y in points if x is not None and y is not None]
-    return {
-        key
-        for key, x, y in known
-        if not any(
-            ox >= x and oy >= y and (ox > x or oy > y) for other, ox, oy in known if other != key
-        )
-    }
-
-
 def _answer(counted: list[SweepLoad], bounds: dict[str, float]) -> SweepAnswer | None:
     """The highest load meeting every bound asked (0: none did), the lowest above it
     missing one (None: none did), and what makes it uncertain (a load disturbed, or one
@@ -236,7 +220,7 @@ def _load(
         output_tokens_per_s=None if generation is None else generation.output_tokens_per_s,
         requests_per_s=None if generation is None else generation.requests_per_s,
         goodput_per_s=None if generation is None else generation.goodput_per_s,
-        per_user_tokens_per_s=_per_user(generation),
+        per_user_tokens_per_s=per_user_tokens_per_s(generation),
         error=view.error,
         superseded=superseded,
     )
@@ -252,12 +236,6 @@ def _at(generation: GenerationSummary | None, metric: str, percentile: float) ->
         return statistics.percentile(percentile).value_ns / 1e6
     except KeyError:  # a percentile the run did not compute: not one to show
         return None
-
-
-def _per_user(generation: GenerationSummary | None) -> float | None:
-    if generation is None or generation.tpot is None or generation.tpot.mean_ns <= 0:
-        return None
-    return 1e9 / generation.tpot.mean_ns
 
 
 def _level(load: SweepLoad) -> float:

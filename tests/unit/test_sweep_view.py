@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from services.analyzer.summary import summarize
-from services.gateway.sweeps import SweepLoad, SweepView, _answer, pareto_frontier
+from services.gateway.sweeps import SweepLoad, SweepView, _answer
 from services.gateway.ui.charts import (
     ParetoPoint,
     SweepCurvePoint,
@@ -22,6 +22,7 @@ from services.gateway.ui.documents import ExperimentDocument
 from services.gateway.ui.rendering import svg_chart
 from services.gateway.ui.views import experiment_charts, sweep_charts
 from shared.eventstore import EvaluationView, ExperimentView
+from shared.measurement.pareto import pareto_frontier
 from shared.messages import Scenario
 from tests.unit.test_report_notation import NOW, view
 from tests.unit.test_result_summary import served_generation

@@ -375,3 +375,23 @@ def test_a_layer_named_with_brackets_is_printed_as_it_is_named() -> None:
     assert "features[0]/conv[bold]" in shown
     assert "onnxruntime session profiling [CPU]" in shown
     assert "Conv[x]" in shown
+
+
+def test_a_sweep_marks_the_loads_on_its_pareto_frontier() -> None:
+    # The three loads give the system the same output tokens/s; one stream's users get them
+    # fastest (the lowest TPOT): it alone is on the frontier, the others beaten on both.
+    console = Console(width=80, record=True, color_system=None)
+    with patch.object(sweep_module, "console", console):
+        sweep_module._show(
+            "smollm2", EvaluationOptions(ttft_bound=500), loads(700), None, 0.99, "streams"
+        )
+    blocks = {
+        block.splitlines()[0].strip(): squashed(block)
+        for block in console.export_text().split("\n\n")
+        if "concurrent stream(s)" in block.splitlines()[0]
+    }
+    assert sorted(blocks) == [f"{n} concurrent stream(s)" for n in (1, 2, 4)]
+    assert "Pareto frontier" in blocks["1 concurrent stream(s)"]
+    assert "tokens/s per user 48.8" in blocks["1 concurrent stream(s)"]
+    for beaten in ("2 concurrent stream(s)", "4 concurrent stream(s)"):
+        assert "Pareto -" in blocks[beaten], blocks[beaten]

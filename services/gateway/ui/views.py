@@ -9,12 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from services.gateway.sweeps import SweepView, pareto_frontier
+from services.gateway.sweeps import SweepView
 from services.gateway.ui import charts
 from services.gateway.ui.charts import Spec
 from services.gateway.ui.documents import EvaluationDocument, ExperimentDocument
 from services.gateway.ui.machine import cpu_text, machine_info, memory_text
 from shared.measurement import LatencyStatistics
+from shared.measurement.pareto import pareto_frontier, per_user_tokens_per_s
 from shared.measurement.statistics import Percentile
 from shared.messages import EvaluationFigures, LatencySummary, PairParity
 
@@ -286,9 +287,9 @@ def _member_tradeoffs(document: ExperimentDocument) -> list[charts.ParetoPoint]:
     found = []
     for member in document.members:
         generation = None if member.result is None else member.result.generation
-        if generation is None or generation.tpot is None or generation.tpot.mean_ns <= 0:
+        per_user = per_user_tokens_per_s(generation)
+        if generation is None or per_user is None:
             continue
-        per_user = 1e9 / generation.tpot.mean_ns
         found.append((member.evaluation_id, document.label(member), per_user, generation))
     frontier = pareto_frontier(
         [(key, per_user, g.output_tokens_per_s) for key, _, per_user, g in found]
