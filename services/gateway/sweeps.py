@@ -21,6 +21,7 @@ from shared.measurement.pareto import pareto_frontier, per_user_tokens_per_s
 from shared.messages import GenerationSummary, LatencyStatistics, Scenario, SweepPoint
 
 __all__ = [
+    "LOAD_UNITS",
     "MAX_SWEEP_LOADS",
     "SweepAnswer",
     "SweepLoad",
@@ -28,6 +29,8 @@ __all__ = [
     "read_sweep",
 ]
 
+# What a sweep's load is counted in, by what it varies (its page, and each load's page).
+LOAD_UNITS = {"streams": "concurrent streams", "rate": "requests/s", "batch": "batch size"}
 # The evaluations one sweep's page gathers: a sweep takes at most 64 levels, each measured
 # at most twice, and a search fewer.
 MAX_SWEEP_LOADS = 256
@@ -98,9 +101,7 @@ class SweepView(BaseModel):
 
     @property
     def unit(self) -> str:
-        return {"streams": "concurrent streams", "rate": "requests/s", "batch": "batch size"}[
-            self.over
-        ]
+        return LOAD_UNITS[self.over]
 
 
 async def read_sweep(store: EventStore, sweep_id: uuid.UUID) -> SweepView | None:

@@ -114,15 +114,16 @@ def test_a_page_marks_each_bound_with_the_cli_notation_and_its_legend() -> None:
     assert BOUND_LEGEND.replace("'", "&#39;") in html
 
 
-def test_an_experiments_page_marks_its_members_p50_and_p99_where_they_are_bounds() -> None:
-    member = view(HUNDRED)
-    experiment = ExperimentDocument(
+def experiment_of(members: list[EvaluationView], *, model: str) -> ExperimentDocument:
+    """A compared experiment of ``members``, each with its evaluation's details."""
+    frameworks = [member.framework for member in members]
+    return ExperimentDocument(
         view=ExperimentView(
             experiment_id=uuid.uuid4(),
             status="compared",
-            model="squeezenet",
+            model=model,
             trace_id="0" * 32,
-            request={"frameworks": ["onnxruntime"]},
+            request={"frameworks": frameworks},
             members=None,
             skipped=None,
             comparison=None,
@@ -132,10 +133,15 @@ def test_an_experiments_page_marks_its_members_p50_and_p99_where_they_are_bounds
             last_position=1,
         ),
         trace_url="http://jaeger/trace/0",
-        members=[member],
+        members=members,
         figures={},
-        details=[document(member)],
+        details=[document(member) for member in members],
     )
+
+
+def test_an_experiments_page_marks_its_members_p50_and_p99_where_they_are_bounds() -> None:
+    member = view(HUNDRED)
+    experiment = experiment_of([member], model="squeezenet")
     info = experiment_info(experiment)
     assert info["bounded"]
     assert info["rows"][0]["p99"].bound

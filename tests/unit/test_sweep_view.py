@@ -18,13 +18,12 @@ from services.gateway.ui.charts import (
     sweep_latency,
     sweep_throughput,
 )
-from services.gateway.ui.documents import ExperimentDocument
 from services.gateway.ui.rendering import svg_chart
 from services.gateway.ui.views import experiment_charts, sweep_charts
-from shared.eventstore import EvaluationView, ExperimentView
+from shared.eventstore import EvaluationView
 from shared.measurement.pareto import pareto_frontier
 from shared.messages import Scenario
-from tests.unit.test_report_notation import NOW, view
+from tests.unit.test_report_notation import experiment_of, view
 from tests.unit.test_result_summary import served_generation
 
 
@@ -166,26 +165,7 @@ def test_an_experiments_generating_members_are_drawn_on_a_pareto_chart() -> None
         member("pytorch", 50.0, 2.0),
         member("endpoint", 90.0, 1.5),
     ]
-    experiment = ExperimentDocument(
-        view=ExperimentView(
-            experiment_id=uuid.uuid4(),
-            status="compared",
-            model="smollm2",
-            trace_id="0" * 32,
-            request={},
-            members=None,
-            skipped=None,
-            comparison=None,
-            error=None,
-            requested_at=NOW,
-            updated_at=NOW,
-            last_position=1,
-        ),
-        trace_url=None,
-        members=members,
-        figures={},
-        details=[],
-    )
+    experiment = experiment_of(members, model="smollm2")
     spec = experiment_charts(experiment)["pareto"]
     shown = {v["label"]: v["frontier"] for v in spec["layer"][1]["data"]["values"]}
     # pytorch is slower for its users and for the system than onnxruntime: beaten on both.

@@ -21,6 +21,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 from pydantic import TypeAdapter, ValidationError
 
+from services.gateway.sweeps import LOAD_UNITS
 from services.gateway.ui.charts import Spec
 from services.gateway.ui.escaping import script_json
 from shared.measurement.statistics import BOUND_LEGEND, BOUND_MARK
@@ -57,7 +58,9 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     # The one notation of a percentile with too few queries, and its legend (said once).
-    environment.globals.update(bound_mark=BOUND_MARK, bound_legend=BOUND_LEGEND)
+    environment.globals.update(
+        bound_mark=BOUND_MARK, bound_legend=BOUND_LEGEND, load_units=LOAD_UNITS
+    )
     environment.filters.update(
         ms=format_ms,
         num=format_number,
